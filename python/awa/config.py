@@ -1,0 +1,105 @@
+"""Worker settings, checked once when a worker starts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from awa.errors import ConfigurationError
+
+DEFAULT_MAX_WORKERS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How a worker process claims, runs and reports jobs. Times are seconds."""
+
+    queues: tuple[tuple[str, int], ...]
+    #: Claim at most this many jobs per queue in one statement.
+    claim_batch_size: int = 100
+    #: Cap on handlers running at once across all queues (None: sum of queues).
+    global_max_workers: int | None = None
+    #: Poll for jobs this often even without notifications (the fallback).
+    poll_interval: float = 1.0
+    #: Flush outcomes once this many are buffered…
+    flush_batch_size: int = 500
+    #: …or once the oldest has waited this long.
+    flush_interval: float = 0.001
+    #: How often this process proves it is alive.
+    heartbeat_interval: float = 5.0
+    #: Claims of a process silent this long are rescued.
+    heartbeat_staleness: float = 30.0
+    #: How often the maintenance leader looks for orphaned claims.
+    rescue_interval: float = 5.0
+    #: How often the maintenance leader promotes due scheduled/retryable jobs (at most).
+    promote_interval: float = 1.0
+    #: Promote at most this many jobs per statement.
+    promote_batch_size: int = 1000
+    #: How often a non-leader tries to become the maintenance leader.
+    leader_election_interval: float = 5.0
+    #: Threads for synchronous (``def``) handlers (None: one per worker slot, up to 64).
+    sync_handler_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name == "queues":
+                continue
+            if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
+                continue
+            if field.type in ("int", "int | None"):
+                _require_positive_int(field.name, value)
+            else:
+                _require_positive_seconds(field.name, value, allow_zero=field.name == "flush_interval")
+        if self.heartbeat_staleness <= self.heartbeat_interval:
+            raise ConfigurationError(
+                "heartbeat_staleness must be longer than heartbeat_interval "
+                f"({self.heartbeat_staleness} <= {self.heartbeat_interval})"
+            )
+
+    @property
+    def total_slots(self) -> int:
+        total = sum(max_workers for _, max_workers in self.queues)
+        return min(total, self.global_max_workers or total)
+
+
+def normalize_queues(
+    queues: Sequence[tuple[str, int]] | Mapping[str, int] | Sequence[Mapping[str, Any]],
+) -> tuple[tuple[str, int], ...]:
+    """Accepts ``[("email", 8)]``, ``{"email": 8}`` or ``[{"name": "email", "max_workers": 8}]``."""
+    if isinstance(queues, Mapping):
+        pairs = list(queues.items())
+    else:
+        pairs = []
+        for entry in queues:
+            if isinstance(entry, Mapping):
+                pairs.append((entry.get("name"), entry.get("max_workers", DEFAULT_MAX_WORKERS)))
+            elif isinstance(entry, tuple | list) and len(entry) == 2:
+                pairs.append((entry[0], entry[1]))
+            else:
+                raise ConfigurationError(f"a queue must be (name, max_workers), got {entry!r}")
+    if not pairs:
+        raise ConfigurationError("a worker needs at least one queue")
+    seen = set()
+    for name, max_workers in pairs:
+        if not isinstance(name, str) or not name or "\0" in name or len(name) > 200:
+            raise ConfigurationError(f"queue names are 1-200 characters without NUL, got {name!r}")
+        if name in seen:
+            raise ConfigurationError(f"queue {name!r} is listed twice")
+        seen.add(name)
+        _require_positive_int(f"max_workers of queue {name!r}", max_workers)
+    return tuple((name, int(max_workers)) for name, max_workers in pairs)
+
+
+def _require_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be an integer >= 1 (got {value!r})")
+
+
+def _require_positive_seconds(name: str, value: Any, *, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a number of seconds (got {value!r})")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name} must be > 0 seconds (got {value!r})")

@@ -1,0 +1,152 @@
+"""The connection pool and the one place queries run.
+
+Everything that talks to PostgreSQL goes through :class:`Database` (pool
+checkouts) or a :class:`Statement` (a named query run on a connection a
+service holds). Queries are named; their SQL lives in ``awa/sql/queries``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final
+
+import asyncpg
+
+from awa import sql
+from awa.errors import SchemaNotMigrated
+
+Connection = asyncpg.Connection
+Record = asyncpg.Record
+
+# Errors after which retrying on a fresh connection can succeed.
+TRANSIENT_ERRORS: Final = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError,
+)
+
+
+class Statement:
+    """A named query, run on whatever connection the caller holds."""
+
+    __slots__ = ("name", "sql")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sql = sql.query(name)
+
+    async def fetch(self, connection: Any, *args: Any) -> list[Record]:
+        return await connection.fetch(self.sql, *args)  # type: ignore[no-any-return]
+
+    async def fetchrow(self, connection: Any, *args: Any) -> Record | None:
+        return await connection.fetchrow(self.sql, *args)
+
+    async def fetchval(self, connection: Any, *args: Any) -> Any:
+        return await connection.fetchval(self.sql, *args)
+
+    async def execute(self, connection: Any, *args: Any) -> str:
+        return await connection.execute(self.sql, *args)  # type: ignore[no-any-return]
+
+
+def affected_rows(status: str) -> int:
+    """The row count of a command status such as ``UPDATE 42``."""
+    tail = status.rpartition(" ")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+class Database:
+    """An asyncpg pool plus named-query helpers and the schema version check."""
+
+    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool) -> None:
+        self.pool = pool
+        self.owns_pool = owns_pool
+        self._statements: dict[str, Statement] = {}
+        self._schema_checked = False
+
+    def statement(self, name: str) -> Statement:
+        found = self._statements.get(name)
+        if found is None:
+            found = self._statements[name] = Statement(name)
+        return found
+
+    async def fetch(self, name: str, *args: Any, connection: Any = None) -> list[Record]:
+        if connection is not None:
+            return await self.statement(name).fetch(connection, *args)
+        async with self.pool.acquire() as pooled:
+            return await self.statement(name).fetch(pooled, *args)
+
+    async def fetchrow(self, name: str, *args: Any, connection: Any = None) -> Record | None:
+        if connection is not None:
+            return await self.statement(name).fetchrow(connection, *args)
+        async with self.pool.acquire() as pooled:
+            return await self.statement(name).fetchrow(pooled, *args)
+
+    async def fetchval(self, name: str, *args: Any, connection: Any = None) -> Any:
+        if connection is not None:
+            return await self.statement(name).fetchval(connection, *args)
+        async with self.pool.acquire() as pooled:
+            return await self.statement(name).fetchval(pooled, *args)
+
+    async def execute(self, name: str, *args: Any, connection: Any = None) -> str:
+        if connection is not None:
+            return await self.statement(name).execute(connection, *args)
+        async with self.pool.acquire() as pooled:
+            return await self.statement(name).execute(pooled, *args)
+
+    async def copy_jobs(
+        self, connection: Any, columns: Sequence[str], rows_text: bytes
+    ) -> None:
+        """COPY rows (PostgreSQL text format) into ``awa.jobs``."""
+        await connection.copy_to_table(
+            "jobs", schema_name="awa", columns=list(columns), source=_Chunks(rows_text)
+        )
+
+    async def schema_version(self, connection: Any = None) -> int | None:
+        """The newest migration applied, or ``None`` for a database awa never touched."""
+        if not await self.fetchval("schema_migrations_exists", connection=connection):
+            return None
+        version = await self.fetchval("schema_migrations_latest", connection=connection)
+        return None if version is None else int(version)
+
+    async def require_schema(self, connection: Any = None) -> None:
+        """Raises :class:`SchemaNotMigrated` when the schema is older than this code."""
+        if self._schema_checked:
+            return
+        found = await self.schema_version(connection)
+        if found is None or found < sql.LATEST_VERSION:
+            raise SchemaNotMigrated(found, sql.LATEST_VERSION)
+        self._schema_checked = True
+
+    def schema_changed(self) -> None:
+        """Forget the cached schema check (after a migration)."""
+        self._schema_checked = False
+
+    async def close(self) -> None:
+        if self.owns_pool:
+            await self.pool.close()
+
+
+class _Chunks:
+    """Feeds COPY in 1 MiB pieces (asyncpg accepts an async iterable of bytes)."""
+
+    CHUNK_BYTES: Final = 1 << 20
+
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+
+    def __aiter__(self) -> _Chunks:
+        self._offset = 0
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._offset >= len(self._view):
+            raise StopAsyncIteration
+        end = self._offset + self.CHUNK_BYTES
+        chunk = bytes(self._view[self._offset : end])
+        self._offset = end
+        return chunk

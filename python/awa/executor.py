@@ -1,0 +1,173 @@
+"""The executor: runs one handler per claimed job and records its outcome.
+
+Overview: the producer hands each claimed row to :meth:`Executor.start`,
+which builds the :class:`~awa.job.Job` and runs its handler in a task of
+its own (sync ``def`` handlers run in a thread pool). When the handler
+returns or raises, the outcome goes into the Rust completion batch, the
+slot is freed and the completer is nudged. Nothing here waits on the
+database.
+
+Outcomes: ``None`` → completed; :class:`~awa.RetryAfter` → retryable (uses
+an attempt); :class:`~awa.Snooze` → scheduled (does not); :class:`~awa.Cancel`
+→ cancelled; :class:`~awa.TerminalError` → failed; any other exception →
+retryable with backoff until ``max_attempts``, then failed.
+
+Failure handling: a handler cancelled by shutdown records nothing; the
+worker releases its job. Anything else a handler does, including raising
+``CancelledError`` on its own, is an outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from awa import _core
+from awa.errors import TerminalError, UnknownJobKind
+from awa.job import Job
+from awa.outcomes import Cancel, RetryAfter, Snooze
+from awa.tasks import Registry
+
+log = logging.getLogger("awa.executor")
+
+TRACEBACK_LINES = 40
+
+
+class Executor:
+    def __init__(
+        self,
+        registry: Registry,
+        dispatcher: _core.Dispatcher,
+        batch: _core.CompletionBatch,
+        threads: int,
+    ) -> None:
+        self._registry = registry
+        self._dispatcher = dispatcher
+        self._batch = batch
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="awa-handler")
+        self._shutting_down = False
+        self._warned_return_kinds: set[str] = set()
+        # Set by the worker once the producer and completer exist.
+        self.on_slot_freed: Callable[[bool], None] = lambda _can_claim: None
+        self.on_outcome: Callable[[], None] = lambda: None
+        self.started = 0
+        self.finished = 0
+
+    @property
+    def running(self) -> dict[int, asyncio.Task[None]]:
+        return self._running
+
+    def start(self, row: Any) -> None:
+        """Starts the handler for a freshly claimed row."""
+        task_def = self._registry.by_kind.get(row[2])
+        decode = task_def.decode_args if task_def is not None else None
+        job: Job[Any] = Job.from_row(row, decode)
+        if not self._dispatcher.start(job.id, job.run_lease, job.queue):
+            # Cannot happen unless the claim returned more than was asked;
+            # the job stays claimed and is rescued if this process dies.
+            log.error("claimed %r without a free slot; leaving it to the rescuer", job)
+            return
+        self.started += 1
+        self._running[job.id] = asyncio.create_task(self._run(job), name=f"awa-job-{job.id}")
+
+    async def _run(self, job: Job[Any]) -> None:
+        try:
+            result = await self._call_handler(job)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._shutting_down and current is not None and current.cancelling():
+                # Shutdown interrupted the handler: the worker releases the job.
+                self._running.pop(job.id, None)
+                raise
+            self._record_error(job, asyncio.CancelledError("the handler was cancelled"))
+        except TerminalError as error:
+            self._record_terminal(job, error)
+        except Exception as error:
+            self._record_error(job, error)
+        else:
+            self._record_result(job, result)
+        self._finish(job)
+
+    async def _call_handler(self, job: Job[Any]) -> Any:
+        task_def = self._registry.by_kind.get(job.kind)
+        if task_def is None:
+            raise UnknownJobKind(
+                f"no task handles kind {job.kind!r} in this worker "
+                f"(known: {sorted(self._registry.by_kind)})"
+            )
+        job.args  # noqa: B018 - decode now: bad arguments are this attempt's failure
+        if task_def.is_async:
+            return await task_def.handler(job)
+        context = contextvars.copy_context()
+        call = functools.partial(context.run, task_def.handler, job)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
+    def _record_result(self, job: Job[Any], result: Any) -> None:
+        now = time.monotonic()
+        batch = self._batch
+        if result is None:
+            batch.completed(job.id, job.run_lease, now)
+        elif isinstance(result, RetryAfter):
+            batch.retry_after(
+                job.id, job.run_lease, job.attempt, job.max_attempts, job.crashes,
+                result.seconds, now,
+            )
+        elif isinstance(result, Snooze):
+            batch.snooze(job.id, job.run_lease, result.seconds, now)
+        elif isinstance(result, Cancel):
+            batch.cancelled(job.id, job.run_lease, job.attempt, str(result.reason), now)
+        else:
+            if job.kind not in self._warned_return_kinds:
+                self._warned_return_kinds.add(job.kind)
+                log.warning(
+                    "handler for %r returned %r; only None, RetryAfter, Snooze and Cancel "
+                    "mean something, so the job is marked completed",
+                    job.kind,
+                    type(result).__name__,
+                )
+            batch.completed(job.id, job.run_lease, now)
+
+    def _record_terminal(self, job: Job[Any], error: BaseException) -> None:
+        self._batch.failed_terminal(
+            job.id, job.run_lease, job.attempt, type(error).__name__, str(error),
+            _traceback_tail(error), time.monotonic(),
+        )
+
+    def _record_error(self, job: Job[Any], error: BaseException) -> None:
+        self._batch.failed(
+            job.id, job.run_lease, job.attempt, job.max_attempts, job.crashes,
+            type(error).__name__, str(error), _traceback_tail(error), time.monotonic(),
+        )
+
+    def _finish(self, job: Job[Any]) -> None:
+        self._running.pop(job.id, None)
+        self.finished += 1
+        self.on_outcome()
+        self.on_slot_freed(self._dispatcher.finish(job.id))
+
+    async def stop(self, timeout_s: float) -> None:
+        """Waits up to ``timeout_s`` for running handlers, then cancels the rest
+        (they record nothing; their jobs stay held for the worker to release)."""
+        pending = set(self._running.values())
+        if pending:
+            _done, pending = await asyncio.wait(pending, timeout=max(timeout_s, 0.0))
+        if pending:
+            self._shutting_down = True
+            for task in pending:
+                task.cancel()
+            # Give cancelled handlers a moment to unwind (finally blocks).
+            await asyncio.wait(pending, timeout=1.0)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _traceback_tail(error: BaseException) -> str:
+    lines = traceback.format_exception(error)
+    return "".join(lines[-TRACEBACK_LINES:])

@@ -1,0 +1,182 @@
+"""Jobs as handlers and inspection see them: :class:`Job` and :class:`JobState`."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from awa import _core
+
+T = TypeVar("T")
+
+
+class JobState(StrEnum):
+    """The durable state of a job; each value is the name stored in the database."""
+
+    Scheduled = "scheduled"
+    Available = "available"
+    Running = "running"
+    Retryable = "retryable"
+    WaitingExternal = "waiting_external"
+    Completed = "completed"
+    Failed = "failed"
+    Cancelled = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Completed, failed and cancelled jobs never run again on their own."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})
+_STATE_BY_NAME: Mapping[str, JobState] = {state.value: state for state in JobState}
+
+# Positions of the columns every job query returns (python/awa/sql/queries/jobs.sql).
+(
+    _ID,
+    _RUN_LEASE,
+    _KIND,
+    _QUEUE,
+    _STATE,
+    _PRIORITY,
+    _ATTEMPT,
+    _MAX_ATTEMPTS,
+    _CRASHES,
+    _MAX_CRASHES,
+    _RUN_AT,
+    _CREATED_AT,
+    _ATTEMPTED_AT,
+    _FINALIZED_AT,
+    _ARGS,
+    _TAGS,
+    _METADATA,
+    _ERRORS,
+) = range(18)
+
+ArgsDecoder = Callable[[str], Any]
+
+
+class Job(Generic[T]):
+    """One job: what it is, where it stands, and its history.
+
+    Handlers receive the running attempt (``state`` is ``running``; ``attempt``
+    counts this run). ``args`` is decoded into the task's argument type;
+    ``metadata`` and ``errors`` are decoded on first access. Timestamps are
+    timezone-aware ``datetime`` objects in UTC.
+    """
+
+    __slots__ = (
+        "_args",
+        "_args_json",
+        "_decode_args",
+        "_errors",
+        "_errors_json",
+        "_metadata",
+        "_metadata_json",
+        "attempt",
+        "attempted_at",
+        "crashes",
+        "created_at",
+        "finalized_at",
+        "id",
+        "kind",
+        "max_attempts",
+        "max_crashes",
+        "priority",
+        "queue",
+        "run_at",
+        "run_lease",
+        "state",
+        "tags",
+    )
+
+    id: int
+    kind: str
+    queue: str
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int
+    crashes: int
+    max_crashes: int | None
+    run_lease: int
+    run_at: datetime.datetime
+    created_at: datetime.datetime
+    attempted_at: datetime.datetime | None
+    finalized_at: datetime.datetime | None
+    tags: list[str]
+
+    @classmethod
+    def from_row(cls, row: Any, decode_args: ArgsDecoder | None = None) -> Job[Any]:
+        """Builds a job from a row of any job query (positional columns)."""
+        job: Job[Any] = cls.__new__(cls)
+        job.id = row[_ID]
+        job.run_lease = row[_RUN_LEASE]
+        job.kind = row[_KIND]
+        job.queue = row[_QUEUE]
+        job.state = _STATE_BY_NAME[row[_STATE]]
+        job.priority = row[_PRIORITY]
+        job.attempt = row[_ATTEMPT]
+        job.max_attempts = row[_MAX_ATTEMPTS]
+        job.crashes = row[_CRASHES]
+        job.max_crashes = row[_MAX_CRASHES]
+        job.run_at = row[_RUN_AT]
+        job.created_at = row[_CREATED_AT]
+        job.attempted_at = row[_ATTEMPTED_AT]
+        job.finalized_at = row[_FINALIZED_AT]
+        job.tags = row[_TAGS] or []
+        job._args_json = row[_ARGS]
+        job._metadata_json = row[_METADATA]
+        job._errors_json = row[_ERRORS]
+        job._decode_args = decode_args or _core.decode_json
+        job._args = _UNSET
+        job._metadata = _UNSET
+        job._errors = _UNSET
+        return job
+
+    @property
+    def args(self) -> T:
+        """The job's arguments, decoded into the task's argument type."""
+        if self._args is _UNSET:
+            self._args = self._decode_args(self._args_json)
+        return self._args  # type: ignore[no-any-return]
+
+    @property
+    def args_json(self) -> str:
+        """The arguments exactly as stored (compact JSON text)."""
+        return self._args_json  # type: ignore[no-any-return]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Free-form metadata given at insert (an empty dict when none was)."""
+        if self._metadata is _UNSET:
+            raw = self._metadata_json
+            self._metadata = {} if raw is None else _core.decode_json(raw)
+        return self._metadata  # type: ignore[no-any-return]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """One entry per failed attempt, oldest first: ``attempt``, ``type``,
+        ``message``, ``traceback`` (its tail), ``outcome`` and ``at``."""
+        if self._errors is _UNSET:
+            raw = self._errors_json
+            self._errors = [] if raw is None else _core.decode_json(raw)
+        return self._errors  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return (
+            f"<Job id={self.id} kind={self.kind!r} queue={self.queue!r} "
+            f"state={self.state.value} attempt={self.attempt}/{self.max_attempts}>"
+        )
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Any = _Unset()

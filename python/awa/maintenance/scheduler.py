@@ -1,0 +1,60 @@
+"""The scheduler: makes due ``scheduled`` and ``retryable`` jobs ``available``.
+
+Overview: runs on the maintenance leader. Each pass promotes up to
+``promote_batch_size`` due jobs in one statement (which notifies their
+queues), then sleeps until the next job is due or ``promote_interval``,
+whichever is sooner. A full batch means more may be due: it goes again at
+once. Jobs inserted with a past ``run_at`` never wait for this: they are
+``available`` from the start.
+
+Failure handling: a failed pass is logged and retried at the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from awa.db import Database
+
+log = logging.getLogger("awa.scheduler")
+
+MIN_SLEEP_S = 0.001
+
+
+class Scheduler:
+    def __init__(self, db: Database, interval_s: float, batch_size: int) -> None:
+        self._db = db
+        self._interval_s = interval_s
+        self._batch_size = batch_size
+        self._wake = asyncio.Event()
+        self.promoted = 0
+
+    def wake(self) -> None:
+        """Something just became due sooner than the scheduler expected."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                delay = await self.promote_once()
+            except Exception as error:  # noqa: BLE001 - keep promoting after a failed pass
+                log.warning("promoting due jobs failed (%s: %s)", type(error).__name__, error)
+                delay = self._interval_s
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def promote_once(self) -> float:
+        """One pass; returns how long to sleep before the next."""
+        row = await self._db.fetchrow("jobs_promote_due", self._batch_size)
+        promoted = row["promoted"] if row is not None else 0
+        self.promoted += promoted
+        if promoted >= self._batch_size:
+            return 0.0
+        seconds = await self._db.fetchval("jobs_next_due")
+        if seconds is None:
+            return self._interval_s
+        return min(max(seconds, MIN_SLEEP_S), self._interval_s)

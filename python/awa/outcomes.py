@@ -1,0 +1,49 @@
+"""What a handler may return besides ``None`` (which means completed).
+
+Return an instance from the handler: ``return awa.RetryAfter(30)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from awa.errors import ValidationError
+
+
+def _seconds(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{what}: seconds must be a number (got {type(value).__name__})", what)
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(f"{what}: seconds must be finite and >= 0 (got {value})", what)
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    """Run the job again after ``seconds``; uses an attempt (fails if none are left)."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", _seconds(self.seconds, "RetryAfter"))
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """Defer the job by ``seconds`` without consuming an attempt (state ``scheduled``)."""
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", _seconds(self.seconds, "Snooze"))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Stop the job for good: state ``cancelled``, with the reason in its error history."""
+
+    reason: str = "cancelled by handler"
+
+
+Outcome = RetryAfter | Snooze | Cancel | None

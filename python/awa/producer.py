@@ -1,0 +1,116 @@
+"""The producer: claims batches of jobs and hands them to the executor.
+
+Overview: one loop per worker process, on its own connection. It asks the
+Rust dispatcher how many jobs each queue can take, claims them all in one
+statement (``jobs_claim``: ``FOR UPDATE SKIP LOCKED``, priority order), and
+starts a handler per row. It sleeps when no queue can take work and wakes
+on a notification for one of its queues, on a freed slot, or on the poll
+timer (the fallback when notifications are lost).
+
+Failure handling: a failed claim gives back its reservation, waits with
+backoff and retries on a fresh connection. A claim is never cancelled half
+way: stopping waits for the statement in flight, so no job is claimed
+without being started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from awa import _core
+from awa.db import TRANSIENT_ERRORS, Database
+
+log = logging.getLogger("awa.producer")
+
+MAX_RETRY_DELAY_S = 5.0
+
+
+class Producer:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: _core.Dispatcher,
+        start_job: Callable[[Any], None],
+        worker_id: int,
+        poll_interval_s: float,
+    ) -> None:
+        self._db = db
+        self._dispatcher = dispatcher
+        self._start_job = start_job
+        self._worker_id = worker_id
+        self._poll_interval_s = poll_interval_s
+        self._claim = db.statement("jobs_claim")
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self.claims = 0
+
+    def wake(self, queue: str | None = None) -> None:
+        """Something says ``queue`` (or every queue) may have jobs."""
+        if queue is None:
+            self._dispatcher.mark_all_ready()
+        elif not self._dispatcher.mark_ready(queue):
+            return
+        self._wake.set()
+
+    def slot_freed(self, can_claim: bool) -> None:
+        if can_claim:
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while not self._stopping:
+            try:
+                async with self._db.pool.acquire() as connection:
+                    await self._claim_loop(connection)
+                return
+            except Exception as error:  # noqa: BLE001 - keep claiming once the cause clears
+                failures += 1
+                delay = min(MAX_RETRY_DELAY_S, 0.1 * 2**failures)
+                level = logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
+                log.log(level, "claiming failed (%s: %s); retrying in %.1fs",
+                        type(error).__name__, error, delay)
+                await self._sleep_unless_stopped(delay)
+
+    async def _claim_loop(self, connection: Any) -> None:
+        next_poll = time.monotonic() + self._poll_interval_s
+        while not self._stopping:
+            now = time.monotonic()
+            if now >= next_poll:
+                self._dispatcher.mark_all_ready()
+                next_poll = now + self._poll_interval_s
+            plan = self._dispatcher.plan_claim()
+            if plan is None:
+                await self._wait_for_wake(next_poll - now)
+                continue
+            queues, counts = plan
+            try:
+                rows = await self._claim.fetch(connection, queues, counts, self._worker_id)
+                self.claims += 1
+                for row in rows:
+                    self._start_job(row)
+            finally:
+                self._dispatcher.settle_claim()
+
+    async def _wait_for_wake(self, timeout_s: float) -> None:
+        self._wake.clear()
+        if self._stopping or self._dispatcher.can_claim():
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout_s, 0.0))
+        except TimeoutError:
+            pass
+
+    async def _sleep_unless_stopped(self, delay_s: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=delay_s)
+        except TimeoutError:
+            pass

@@ -1,0 +1,217 @@
+-- Every query that returns jobs returns the same columns, in this order:
+-- id, run_lease, kind, queue, state, priority, attempt, max_attempts,
+-- crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+-- args, tags, metadata, errors (see awa/job.py). Times are stored as
+-- timestamptz and `now()` is always the database's clock.
+
+-- name: jobs_insert
+-- Inserts one job; available at once unless run_at is in the future, and
+-- wakes idle workers of its queue when it commits.
+WITH input AS (
+    SELECT coalesce(timestamptz 'epoch' + $8::bigint * interval '1 microsecond', now()) AS run_at
+), inserted AS (
+    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+                          run_at, tags, metadata)
+    SELECT $1, $2, $3::jsonb,
+           CASE WHEN input.run_at <= now() THEN 'available'::awa.job_state
+                ELSE 'scheduled'::awa.job_state END,
+           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb
+    FROM input
+    RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+              crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+              args, tags, metadata, errors
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM inserted WHERE state = 'available'
+)
+SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
+
+-- name: jobs_insert_many
+-- Inserts a batch given as one array per column (one statement), and wakes
+-- each queue that received available jobs once.
+WITH input AS (
+    SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
+           u.tags, u.metadata,
+           coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at
+    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
+                $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[])
+         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
+                              run_at_us, tags, metadata, ord)
+), inserted AS (
+    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+                          run_at, tags, metadata)
+    SELECT kind, queue, args,
+           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
+                ELSE 'scheduled'::awa.job_state END,
+           priority, max_attempts, max_crashes, run_at, tags::text[], metadata
+    FROM input
+    ORDER BY ord
+    RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+              crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+              args, tags, metadata, errors
+), notified AS (
+    SELECT pg_notify('awa_available', queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+SELECT inserted.*, (SELECT count(*) FROM notified) AS notified
+FROM inserted
+ORDER BY id;
+
+-- name: jobs_reserve_ids
+-- Allocates ids for a COPY that must return its jobs.
+SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, $1::integer);
+
+-- name: jobs_notify_queues
+-- Wakes idle workers of these queues (after a COPY, which cannot notify).
+SELECT count(pg_notify('awa_available', queue)) AS notified FROM unnest($1::text[]) AS queue;
+
+-- name: jobs_by_ids
+-- Jobs by id, in id order.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       args, tags, metadata, errors
+FROM awa.jobs
+WHERE id = ANY($1::bigint[])
+ORDER BY id;
+
+-- name: jobs_get
+-- One job by id.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       args, tags, metadata, errors
+FROM awa.jobs
+WHERE id = $1;
+
+-- name: jobs_list
+-- Newest jobs first, optionally filtered by state, queue and kind.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       args, tags, metadata, errors
+FROM awa.jobs
+WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
+  AND ($2::text IS NULL OR queue = $2)
+  AND ($3::text IS NULL OR kind = $3)
+ORDER BY id DESC
+LIMIT $4;
+
+-- name: jobs_count_by_state
+-- How many jobs are in each state (for summaries and tests).
+SELECT state::text AS state, count(*) AS count FROM awa.jobs GROUP BY state ORDER BY state;
+
+-- name: jobs_claim
+-- Claims up to N available jobs from each named queue for one worker,
+-- most urgent first (priority, then run_at, then id), skipping rows other
+-- workers hold. Starting an attempt bumps attempt and run_lease.
+WITH wanted AS (
+    SELECT name, count FROM unnest($1::text[], $2::integer[]) AS w(name, count)
+), picked AS (
+    SELECT job.id
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT id FROM awa.jobs
+        WHERE state = 'available' AND queue = wanted.name
+        ORDER BY priority, run_at, id
+        LIMIT wanted.count
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+)
+UPDATE awa.jobs AS jobs
+SET state = 'running',
+    attempt = jobs.attempt + 1,
+    run_lease = jobs.run_lease + 1,
+    attempted_at = now(),
+    worker_id = $3
+FROM picked
+WHERE jobs.id = picked.id
+RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+          jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+          jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+          jobs.args, jobs.tags, jobs.metadata, jobs.errors;
+
+-- name: jobs_finish_batch
+-- Applies a batch of attempt outcomes, one array per column. Each row is
+-- guarded by (id, run_lease, state = 'running'): an outcome from a stale
+-- attempt matches nothing. Delays are added to the database's clock.
+UPDATE awa.jobs AS jobs
+SET state = outcome.state::awa.job_state,
+    run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
+                  ELSE now() + outcome.delay_s * interval '1 second' END,
+    attempt = jobs.attempt - outcome.refund,
+    finalized_at = CASE WHEN outcome.state IN ('completed', 'failed', 'cancelled') THEN now() END,
+    worker_id = NULL,
+    errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
+                  ELSE coalesce(jobs.errors, '[]'::jsonb)
+                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error)
+WHERE jobs.id = outcome.id
+  AND jobs.run_lease = outcome.run_lease
+  AND jobs.state = 'running';
+
+-- name: jobs_release
+-- Gives running jobs back at shutdown: available at once, the interrupted
+-- attempt not counted. Guarded like every attempt write.
+WITH released AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'available', attempt = jobs.attempt - 1, worker_id = NULL, run_at = now()
+    FROM unnest($1::bigint[], $2::bigint[]) AS held(id, run_lease)
+    WHERE jobs.id = held.id AND jobs.run_lease = held.run_lease AND jobs.state = 'running'
+    RETURNING jobs.queue
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notified) AS notified;
+
+-- name: jobs_promote_due
+-- Makes due scheduled and retryable jobs available (up to a bound), and
+-- wakes the queues that received some.
+WITH due AS (
+    SELECT id FROM awa.jobs
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+    ORDER BY run_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE awa.jobs AS jobs SET state = 'available'
+    FROM due WHERE jobs.id = due.id
+    RETURNING jobs.queue
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM promoted) AS q
+)
+SELECT (SELECT count(*) FROM promoted) AS promoted, (SELECT count(*) FROM notified) AS notified;
+
+-- name: jobs_next_due
+-- Seconds until the next scheduled or retryable job is due (NULL if none).
+SELECT extract(epoch FROM min(run_at) - now())::float8 AS seconds
+FROM awa.jobs
+WHERE state IN ('scheduled', 'retryable');
+
+-- name: jobs_orphaned
+-- Running jobs whose worker is gone or has not heartbeated for $1 seconds.
+SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes
+FROM awa.jobs AS jobs
+WHERE jobs.state = 'running'
+  AND NOT EXISTS (
+      SELECT 1 FROM awa.workers
+      WHERE workers.id = jobs.worker_id
+        AND workers.heartbeat_at > now() - $1::float8 * interval '1 second'
+  )
+ORDER BY jobs.id
+LIMIT $2;
+
+-- name: jobs_rescue
+-- Applies rescue decisions to orphaned attempts: one more crash, then
+-- retryable after a delay or failed. Guarded by (id, run_lease, running).
+UPDATE awa.jobs AS jobs
+SET state = rescue.state::awa.job_state,
+    crashes = jobs.crashes + 1,
+    run_at = CASE WHEN rescue.delay_s IS NULL THEN jobs.run_at
+                  ELSE now() + rescue.delay_s * interval '1 second' END,
+    finalized_at = CASE WHEN rescue.state = 'failed' THEN now() END,
+    worker_id = NULL,
+    errors = coalesce(jobs.errors, '[]'::jsonb)
+             || jsonb_build_array(rescue.error || jsonb_build_object('at', now()))
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
+     AS rescue(id, run_lease, state, delay_s, error)
+WHERE jobs.id = rescue.id
+  AND jobs.run_lease = rescue.run_lease
+  AND jobs.state = 'running';

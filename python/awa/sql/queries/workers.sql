@@ -1,0 +1,25 @@
+-- name: workers_register
+-- Records a new worker process; its id marks the jobs it claims.
+INSERT INTO awa.workers (hostname, pid, queues) VALUES ($1, $2, $3::text[])
+RETURNING id;
+
+-- name: workers_heartbeat
+-- Keeps a worker's claims alive; returns nothing if the row was removed.
+UPDATE awa.workers SET heartbeat_at = now() WHERE id = $1 RETURNING id;
+
+-- name: workers_reregister
+-- Puts back a worker row the rescuer removed (the worker was only slow).
+INSERT INTO awa.workers (id, hostname, pid, queues) VALUES ($1, $2, $3, $4::text[])
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now();
+
+-- name: workers_deregister
+-- Removes a worker that shut down.
+DELETE FROM awa.workers WHERE id = $1;
+
+-- name: workers_delete_stale
+-- Removes workers silent for $1 seconds that hold no running job any more.
+DELETE FROM awa.workers AS workers
+WHERE heartbeat_at <= now() - $1::float8 * interval '1 second'
+  AND NOT EXISTS (
+      SELECT 1 FROM awa.jobs WHERE jobs.state = 'running' AND jobs.worker_id = workers.id
+  );

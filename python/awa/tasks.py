@@ -1,0 +1,127 @@
+"""The task registry: which handler runs which job kind, and how its
+arguments are decoded."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_origin
+
+import pydantic
+
+from awa import _core
+from awa.errors import ConfigurationError, ValidationError
+from awa.job import ArgsDecoder
+
+DEFAULT_QUEUE = "default"
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A registered handler for one job kind."""
+
+    kind: str
+    queue: str
+    args_type: Any
+    handler: Handler
+    is_async: bool
+    decode_args: ArgsDecoder
+
+
+def derive_kind(name: str) -> str:
+    """The job kind for an argument class name: ``SendEmail`` → ``send_email``."""
+    return _core.derive_kind(name)
+
+
+def is_mapping_type(args_type: Any) -> bool:
+    """``dict``, ``dict[str, Any]`` and friends: args stay plain JSON objects."""
+    return args_type is dict or get_origin(args_type) is dict
+
+
+def decoder_for(args_type: Any) -> ArgsDecoder:
+    """How stored JSON text becomes an instance of ``args_type``."""
+    if is_mapping_type(args_type):
+        return _core.decode_json
+    if isinstance(args_type, type) and issubclass(args_type, pydantic.BaseModel):
+        return args_type.model_validate_json
+    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(args_type)
+    return adapter.validate_json
+
+
+class Registry:
+    """Tasks by kind, and by argument type for inserts that give no kind."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[str, Task] = {}
+        self._by_type: dict[Any, Task | None] = {}
+
+    def register(
+        self, args_type: Any, handler: Handler, *, kind: str | None, queue: str
+    ) -> Task:
+        if kind is None:
+            if is_mapping_type(args_type) or not isinstance(args_type, type):
+                raise ConfigurationError(
+                    f"@task({args_type!r}) needs kind=…: a kind can only be derived "
+                    "from a class name"
+                )
+            kind = derive_kind(args_type.__name__)
+        _check_name("kind", kind)
+        _check_name("queue", queue)
+        if kind in self.by_kind:
+            existing = self.by_kind[kind].handler
+            raise ConfigurationError(
+                f"kind {kind!r} already has a handler ({existing.__qualname__})"
+            )
+        if not callable(handler):
+            raise ConfigurationError(f"the handler for {kind!r} is not callable")
+        task = Task(
+            kind=kind,
+            queue=queue,
+            args_type=args_type,
+            handler=handler,
+            is_async=inspect.iscoroutinefunction(handler),
+            decode_args=decoder_for(args_type),
+        )
+        self.by_kind[kind] = task
+        if not is_mapping_type(args_type):
+            # One type serving two kinds makes the kind ambiguous at insert.
+            self._by_type[args_type] = None if args_type in self._by_type else task
+        return task
+
+    def for_args(self, args: Any) -> Task | None:
+        """The task whose argument type ``args`` is an instance of, if exactly one."""
+        return self._by_type.get(type(args))
+
+    def resolve(self, args: Any, kind: str | None, queue: str | None) -> tuple[str, str]:
+        """The kind and queue an insert uses: explicit values first, then the
+        task registered for the argument type, then the class name."""
+        if kind is None:
+            task = self.for_args(args)
+            if task is not None:
+                kind = task.kind
+            elif isinstance(args, dict):
+                raise ValidationError("kind: is required when args is a dict", "kind")
+            elif dataclasses.is_dataclass(args) or isinstance(args, pydantic.BaseModel):
+                kind = derive_kind(type(args).__name__)
+            else:
+                raise ValidationError(
+                    "args: must be a pydantic model, a dataclass or a dict "
+                    f"(got {type(args).__name__})",
+                    "args",
+                )
+        if queue is None:
+            task = self.by_kind.get(kind)
+            queue = task.queue if task is not None else DEFAULT_QUEUE
+        return kind, queue
+
+
+def _check_name(field: str, value: Any) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= _core.MAX_NAME_CHARS or "\0" in value:
+        raise ConfigurationError(
+            f"{field} must be a string of 1 to {_core.MAX_NAME_CHARS} characters "
+            f"without NUL (got {value!r})"
+        )

@@ -1,0 +1,303 @@
+//! Dispatch: how many jobs to claim from which queue, and which jobs this
+//! worker process holds.
+//!
+//! # Overview
+//! The producer asks [`Dispatcher::plan_claim`] before every claim. The plan
+//! reserves free slots so that two claims in flight can never overfill a
+//! queue; [`Dispatcher::start`] turns a reservation into a running job and
+//! [`Dispatcher::settle_claim`] gives back what the database did not
+//! return. [`Dispatcher::finish`] frees a slot when a handler returns.
+//!
+//! # State model
+//! Per queue: `running + reserved <= max_workers`, and the sum over queues
+//! stays under the optional global cap. A queue whose last claim came back
+//! short is marked empty and skipped until something says it may have work
+//! again (a notification, a poll tick, or a retry scheduled by this worker).
+//!
+//! # Failure handling
+//! A claim that fails must still be settled, so reservations never leak.
+//! `finish` of an unknown job is ignored and reported, never a panic.
+
+use std::collections::HashMap;
+
+/// One queue this worker serves.
+#[derive(Clone, Debug)]
+pub struct QueueSlots {
+    pub name: String,
+    pub max_workers: u32,
+    pub running: u32,
+    pub reserved: u32,
+    /// Jobs started from the claim in flight.
+    started_this_claim: u32,
+    /// False after a short claim, until a wake-up says otherwise.
+    maybe_has_jobs: bool,
+}
+
+/// A job held by this worker: which queue's slot it takes, and its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub queue: usize,
+    pub run_lease: i64,
+}
+
+#[derive(Debug)]
+pub struct Dispatcher {
+    queues: Vec<QueueSlots>,
+    by_name: HashMap<String, usize>,
+    held: HashMap<i64, Held>,
+    claim_batch_max: u32,
+    global_max: Option<u32>,
+}
+
+/// What the producer should claim next: queue indexes and counts.
+pub type ClaimPlan = Vec<(usize, u32)>;
+
+impl Dispatcher {
+    /// `queues` pairs each queue name with its `max_workers` (at least 1).
+    pub fn new(
+        queues: Vec<(String, u32)>,
+        claim_batch_max: u32,
+        global_max: Option<u32>,
+    ) -> Result<Self, String> {
+        if queues.is_empty() {
+            return Err("at least one queue is needed".into());
+        }
+        if claim_batch_max == 0 {
+            return Err("claim_batch_max must be at least 1".into());
+        }
+        if global_max == Some(0) {
+            return Err("global_max_workers must be at least 1".into());
+        }
+        let mut by_name = HashMap::new();
+        let mut slots = Vec::with_capacity(queues.len());
+        for (index, (name, max_workers)) in queues.into_iter().enumerate() {
+            if max_workers == 0 {
+                return Err(format!("queue {name:?}: max_workers must be at least 1"));
+            }
+            if by_name.insert(name.clone(), index).is_some() {
+                return Err(format!("queue {name:?} is listed twice"));
+            }
+            slots.push(QueueSlots {
+                name,
+                max_workers,
+                running: 0,
+                reserved: 0,
+                started_this_claim: 0,
+                maybe_has_jobs: true,
+            });
+        }
+        Ok(Dispatcher {
+            queues: slots,
+            by_name,
+            held: HashMap::new(),
+            claim_batch_max,
+            global_max,
+        })
+    }
+
+    pub fn queues(&self) -> &[QueueSlots] {
+        &self.queues
+    }
+
+    pub fn queue_index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Reserves free slots on every queue that may have jobs. An empty plan
+    /// means there is nothing worth claiming now.
+    pub fn plan_claim(&mut self) -> ClaimPlan {
+        let mut global_free = self.global_free();
+        let mut plan = Vec::new();
+        for (index, queue) in self.queues.iter_mut().enumerate() {
+            if !queue.maybe_has_jobs || global_free == 0 {
+                continue;
+            }
+            let free = queue.max_workers - queue.running - queue.reserved;
+            let wanted = free.min(self.claim_batch_max).min(global_free);
+            if wanted == 0 {
+                continue;
+            }
+            queue.reserved += wanted;
+            queue.started_this_claim = 0;
+            global_free -= wanted;
+            plan.push((index, wanted));
+        }
+        plan
+    }
+
+    /// A claimed job begins: it takes one reserved slot of its queue.
+    /// Returns false (and changes nothing) for a queue this worker does not
+    /// serve or a job it already holds.
+    pub fn start(&mut self, job_id: i64, run_lease: i64, queue: usize) -> bool {
+        let Some(slots) = self.queues.get_mut(queue) else {
+            return false;
+        };
+        if slots.reserved == 0 || self.held.contains_key(&job_id) {
+            return false;
+        }
+        slots.reserved -= 1;
+        slots.running += 1;
+        slots.started_this_claim += 1;
+        self.held.insert(job_id, Held { queue, run_lease });
+        true
+    }
+
+    /// Returns the unused part of a plan. A queue that gave fewer jobs than
+    /// asked is drained for now.
+    pub fn settle_claim(&mut self, plan: &ClaimPlan) {
+        for &(index, wanted) in plan {
+            let queue = &mut self.queues[index];
+            let unused = wanted.saturating_sub(queue.started_this_claim);
+            queue.reserved = queue.reserved.saturating_sub(unused);
+            if queue.started_this_claim < wanted {
+                queue.maybe_has_jobs = false;
+            }
+            queue.started_this_claim = 0;
+        }
+    }
+
+    /// A handler returned (or its job was released): the slot is free.
+    /// Returns the job's queue, or `None` if this worker did not hold it.
+    pub fn finish(&mut self, job_id: i64) -> Option<usize> {
+        let held = self.held.remove(&job_id)?;
+        let queue = &mut self.queues[held.queue];
+        queue.running -= 1;
+        Some(held.queue)
+    }
+
+    /// Whether a claim now could take anything.
+    pub fn can_claim(&self) -> bool {
+        self.global_free() > 0
+            && self
+                .queues
+                .iter()
+                .any(|q| q.maybe_has_jobs && q.running + q.reserved < q.max_workers)
+    }
+
+    /// A notification or a poll says `queue` may have jobs.
+    pub fn mark_ready(&mut self, queue: usize) {
+        if let Some(slots) = self.queues.get_mut(queue) {
+            slots.maybe_has_jobs = true;
+        }
+    }
+
+    pub fn mark_all_ready(&mut self) {
+        for queue in &mut self.queues {
+            queue.maybe_has_jobs = true;
+        }
+    }
+
+    pub fn held(&self) -> impl Iterator<Item = (i64, Held)> + '_ {
+        self.held.iter().map(|(&id, &held)| (id, held))
+    }
+
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn lease_of(&self, job_id: i64) -> Option<i64> {
+        self.held.get(&job_id).map(|held| held.run_lease)
+    }
+
+    fn global_free(&self) -> u32 {
+        match self.global_max {
+            None => u32::MAX,
+            Some(limit) => {
+                let used: u32 = self.queues.iter().map(|q| q.running + q.reserved).sum();
+                limit.saturating_sub(used)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dispatcher(queues: &[(&str, u32)], batch: u32, global: Option<u32>) -> Dispatcher {
+        Dispatcher::new(
+            queues.iter().map(|(n, m)| ((*n).to_owned(), *m)).collect(),
+            batch,
+            global,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn plans_up_to_free_slots_and_batch_size() {
+        let mut d = dispatcher(&[("email", 8), ("default", 32)], 10, None);
+        assert_eq!(d.plan_claim(), vec![(0, 8), (1, 10)]);
+        // Everything free is reserved already or capped by the batch size.
+        assert_eq!(d.plan_claim(), vec![(1, 10)]);
+    }
+
+    #[test]
+    fn reservations_prevent_overfilling() {
+        let mut d = dispatcher(&[("q", 3)], 100, None);
+        let plan = d.plan_claim();
+        assert_eq!(plan, vec![(0, 3)]);
+        assert!(d.plan_claim().is_empty());
+        for id in 1..=3 {
+            assert!(d.start(id, 1, 0));
+        }
+        assert!(!d.start(4, 1, 0), "no reserved slot left");
+        d.settle_claim(&plan);
+        assert_eq!(d.queues()[0].running, 3);
+        assert!(!d.can_claim());
+        assert_eq!(d.finish(2), Some(0));
+        assert!(d.can_claim());
+        assert_eq!(d.plan_claim(), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn a_short_claim_marks_the_queue_empty_until_woken() {
+        let mut d = dispatcher(&[("q", 10)], 10, None);
+        let plan = d.plan_claim();
+        assert!(d.start(1, 1, 0));
+        d.settle_claim(&plan);
+        assert_eq!(d.queues()[0].reserved, 0);
+        assert!(d.plan_claim().is_empty());
+        assert!(!d.can_claim());
+        d.mark_ready(0);
+        assert_eq!(d.plan_claim(), vec![(0, 9)]);
+    }
+
+    #[test]
+    fn a_failed_claim_gives_back_its_reservation() {
+        let mut d = dispatcher(&[("q", 4)], 10, None);
+        let plan = d.plan_claim();
+        d.settle_claim(&plan);
+        assert_eq!(d.queues()[0].reserved, 0);
+        assert_eq!(d.queues()[0].running, 0);
+    }
+
+    #[test]
+    fn the_global_cap_spans_queues() {
+        let mut d = dispatcher(&[("a", 5), ("b", 5)], 10, Some(6));
+        assert_eq!(d.plan_claim(), vec![(0, 5), (1, 1)]);
+        assert!(d.plan_claim().is_empty());
+    }
+
+    #[test]
+    fn finishing_an_unknown_job_is_harmless() {
+        let mut d = dispatcher(&[("q", 1)], 1, None);
+        assert_eq!(d.finish(42), None);
+        let plan = d.plan_claim();
+        assert!(d.start(7, 3, 0));
+        assert!(!d.start(7, 3, 0));
+        d.settle_claim(&plan);
+        assert_eq!(d.lease_of(7), Some(3));
+        assert_eq!(d.held_count(), 1);
+        assert_eq!(d.finish(7), Some(0));
+        assert_eq!(d.finish(7), None);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert!(Dispatcher::new(vec![], 1, None).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 0)], 1, None).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 1), ("q".into(), 2)], 1, None).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 1)], 0, None).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 1)], 1, Some(0)).is_err());
+    }
+}

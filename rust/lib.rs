@@ -1,0 +1,15 @@
+//! The I/O-free core of awa, exposed to Python as the private module
+//! `awa._core`. Nothing here opens a socket, touches an event loop or reads
+//! the clock: callers pass `now` in, and get decisions and query
+//! parameters back.
+
+pub mod completion;
+pub mod dispatch;
+pub mod json;
+pub mod payload;
+pub mod rescue;
+pub mod retry;
+pub mod state;
+
+#[cfg(feature = "python")]
+mod python;

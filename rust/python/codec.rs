@@ -1,0 +1,419 @@
+//! Python values ⇄ compact JSON text.
+//!
+//! Encoding accepts what a job's args or metadata reasonably hold: `None`,
+//! booleans, integers of any size, finite floats, strings, lists, tuples,
+//! dicts with string keys, pydantic models (through their own serializer),
+//! dataclasses, `datetime`/`date`/`time` (ISO 8601), `UUID`, `Decimal`
+//! (as a string) and enums (their value). Anything else, a NaN, a NUL
+//! character or a lone surrogate is refused with the path to the bad value
+//! (`args.items[3].name`), never written half-way.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{
+    PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+};
+
+use crate::json::{self, Builder, JsonWriter, ParseError, PathPart};
+use crate::payload::{check_json_has_no_nul, Invalid};
+
+/// Nesting deeper than this is refused (it also stops reference cycles).
+const MAX_ENCODE_DEPTH: usize = 256;
+
+static DATACLASS_FIELDS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static DATETIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static DATE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static TIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UUID: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static DECIMAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static ENUM: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// Why encoding stopped: a value that breaks a rule, or a Python error
+/// raised by user code we called (a property, a pydantic serializer).
+pub enum EncodeError {
+    Invalid(Invalid),
+    Python(PyErr),
+}
+
+impl From<PyErr> for EncodeError {
+    fn from(err: PyErr) -> Self {
+        EncodeError::Python(err)
+    }
+}
+
+/// Encodes `value` as JSON; `root` names it in errors (`args`, `metadata`).
+pub fn encode(value: &Bound<'_, PyAny>, root: &str) -> Result<String, EncodeError> {
+    let mut encoder = Encoder {
+        writer: JsonWriter::with_capacity(64),
+        path: Vec::new(),
+        root,
+    };
+    encoder.value(value, 0)?;
+    Ok(encoder.writer.out)
+}
+
+/// The JSON type a value encodes to, for "must be an object" messages.
+pub fn json_type_name(json: &str) -> &'static str {
+    match json.as_bytes().first() {
+        Some(b'{') => "object",
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    }
+}
+
+struct Encoder<'r> {
+    writer: JsonWriter,
+    path: Vec<PathPart>,
+    root: &'r str,
+}
+
+impl Encoder<'_> {
+    fn invalid(&self, message: impl Into<String>) -> EncodeError {
+        EncodeError::Invalid(Invalid::new(json::render_path(self.root, &self.path), message))
+    }
+
+    fn value(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeError> {
+        if depth > MAX_ENCODE_DEPTH {
+            return Err(self.invalid(format!(
+                "is nested more than {MAX_ENCODE_DEPTH} levels deep (or refers to itself)"
+            )));
+        }
+        // Exact types first: they are the common case and the cheapest test.
+        if let Ok(text) = value.cast_exact::<PyString>() {
+            return self.string(text);
+        }
+        if value.is_none() {
+            self.writer.null();
+            return Ok(());
+        }
+        if let Ok(flag) = value.cast_exact::<PyBool>() {
+            self.writer.bool(flag.is_true());
+            return Ok(());
+        }
+        if let Ok(int) = value.cast_exact::<PyInt>() {
+            return self.int(int);
+        }
+        if let Ok(float) = value.cast_exact::<PyFloat>() {
+            return self.float(float.value());
+        }
+        if let Ok(dict) = value.cast_exact::<PyDict>() {
+            return self.dict(dict, depth);
+        }
+        if let Ok(list) = value.cast_exact::<PyList>() {
+            return self.sequence(list.iter(), depth);
+        }
+        if let Ok(tuple) = value.cast_exact::<PyTuple>() {
+            return self.sequence(tuple.iter(), depth);
+        }
+        self.other(value, depth)
+    }
+
+    /// Subclasses of the builtins and the richer types.
+    fn other(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeError> {
+        let py = value.py();
+        if is_instance(value, &ENUM, "enum", "Enum")? {
+            let inner = value.getattr("value")?;
+            return self.value(&inner, depth + 1);
+        }
+        if let Ok(text) = value.cast::<PyString>() {
+            return self.string(text);
+        }
+        if let Ok(flag) = value.cast::<PyBool>() {
+            self.writer.bool(flag.is_true());
+            return Ok(());
+        }
+        if let Ok(int) = value.cast::<PyInt>() {
+            return self.int(int);
+        }
+        if let Ok(float) = value.cast::<PyFloat>() {
+            return self.float(float.value());
+        }
+        if let Ok(dict) = value.cast::<PyDict>() {
+            return self.dict(dict, depth);
+        }
+        if let Ok(list) = value.cast::<PyList>() {
+            return self.sequence(list.iter(), depth);
+        }
+        if let Ok(tuple) = value.cast::<PyTuple>() {
+            return self.sequence(tuple.iter(), depth);
+        }
+        if value.hasattr(pyo3::intern!(py, "__pydantic_serializer__"))?
+            && !value.is_instance_of::<PyType>()
+        {
+            return self.pydantic_model(value);
+        }
+        if value.get_type().hasattr(pyo3::intern!(py, "__dataclass_fields__"))?
+            && !value.is_instance_of::<PyType>()
+        {
+            return self.dataclass(value, depth);
+        }
+        // datetime is a subclass of date, so it is tested first.
+        if is_instance(value, &DATETIME, "datetime", "datetime")?
+            || is_instance(value, &DATE, "datetime", "date")?
+            || is_instance(value, &TIME, "datetime", "time")?
+        {
+            let iso = value.call_method0(pyo3::intern!(py, "isoformat"))?;
+            return self.string(iso.cast::<PyString>().map_err(PyErr::from)?);
+        }
+        if is_instance(value, &UUID, "uuid", "UUID")? || is_instance(value, &DECIMAL, "decimal", "Decimal")? {
+            let text = value.str()?;
+            return self.string(&text);
+        }
+        let type_name = value.get_type().name()?;
+        let hint = if value.is_instance_of::<PyBytes>() {
+            " (decode bytes to text, or base64-encode them)"
+        } else {
+            ""
+        };
+        Err(self.invalid(format!(
+            "a value of type {type_name} cannot be stored as JSON{hint}"
+        )))
+    }
+
+    fn string(&mut self, text: &Bound<'_, PyString>) -> Result<(), EncodeError> {
+        let Ok(text) = text.to_str() else {
+            return Err(self.invalid("holds a lone surrogate, which is not valid Unicode"));
+        };
+        self.writer
+            .string(text)
+            .map_err(|_| self.invalid("must not contain NUL characters"))
+    }
+
+    fn int(&mut self, int: &Bound<'_, PyInt>) -> Result<(), EncodeError> {
+        if let Ok(small) = int.extract::<i64>() {
+            self.writer.i64(small);
+        } else {
+            // Beyond 64 bits: Python's own decimal digits are exact JSON.
+            let digits = int.str()?;
+            self.writer.raw_number(digits.to_str()?);
+        }
+        Ok(())
+    }
+
+    fn float(&mut self, value: f64) -> Result<(), EncodeError> {
+        if self.writer.f64(value) {
+            Ok(())
+        } else {
+            Err(self.invalid(format!("{value} cannot be stored as JSON (NaN and infinities are not numbers in JSON)")))
+        }
+    }
+
+    fn dict(&mut self, dict: &Bound<'_, PyDict>, depth: usize) -> Result<(), EncodeError> {
+        self.writer.begin_object();
+        for (index, (key, item)) in dict.iter().enumerate() {
+            let Ok(key) = key.cast::<PyString>() else {
+                let type_name = key.get_type().name()?;
+                return Err(self.invalid(format!(
+                    "has a key of type {type_name}; JSON object keys must be strings"
+                )));
+            };
+            if index > 0 {
+                self.writer.comma();
+            }
+            let Ok(key_text) = key.to_str() else {
+                return Err(self.invalid("has a key with a lone surrogate"));
+            };
+            self.path.push(PathPart::Key(key_text.to_owned()));
+            self.writer
+                .string(key_text)
+                .map_err(|_| self.invalid("this key must not contain NUL characters"))?;
+            self.writer.colon();
+            self.value(&item, depth + 1)?;
+            self.path.pop();
+        }
+        self.writer.end_object();
+        Ok(())
+    }
+
+    fn sequence<'py>(
+        &mut self,
+        items: impl Iterator<Item = Bound<'py, PyAny>>,
+        depth: usize,
+    ) -> Result<(), EncodeError> {
+        self.writer.begin_array();
+        for (index, item) in items.enumerate() {
+            if index > 0 {
+                self.writer.comma();
+            }
+            self.path.push(PathPart::Index(index));
+            self.value(&item, depth + 1)?;
+            self.path.pop();
+        }
+        self.writer.end_array();
+        Ok(())
+    }
+
+    /// A pydantic model serializes itself (aliases, custom serializers and
+    /// all); its JSON is checked for NUL characters and embedded.
+    fn pydantic_model(&mut self, model: &Bound<'_, PyAny>) -> Result<(), EncodeError> {
+        let py = model.py();
+        let serializer = model.getattr(pyo3::intern!(py, "__pydantic_serializer__"))?;
+        let json = match serializer.call_method1(pyo3::intern!(py, "to_json"), (model,)) {
+            Ok(json) => json,
+            Err(err) => {
+                return Err(self.invalid(format!(
+                    "could not be serialized by pydantic: {}",
+                    err.value(py)
+                )))
+            }
+        };
+        let bytes = json.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes();
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| self.invalid("pydantic produced JSON that is not UTF-8"))?;
+        let here = json::render_path(self.root, &self.path);
+        check_json_has_no_nul(&here, text).map_err(EncodeError::Invalid)?;
+        if text.contains("NaN") || text.contains("Infinity") {
+            // pydantic can be configured to write these non-JSON constants.
+            if json::parse(text, &mut Validator).is_err() {
+                return Err(self.invalid("holds NaN or an infinity, which JSON cannot store"));
+            }
+        }
+        self.writer.raw(text);
+        Ok(())
+    }
+
+    fn dataclass(&mut self, instance: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeError> {
+        let py = instance.py();
+        let fields_fn = DATACLASS_FIELDS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("dataclasses")?.getattr("fields")?.unbind())
+        })?;
+        let fields = fields_fn.bind(py).call1((instance,))?;
+        self.writer.begin_object();
+        for (index, field) in fields.try_iter()?.enumerate() {
+            let field = field?;
+            let name = field.getattr(pyo3::intern!(py, "name"))?;
+            let name_text = name.cast::<PyString>().map_err(PyErr::from)?.to_str()?.to_owned();
+            let item = instance.getattr(name.cast::<PyString>().map_err(PyErr::from)?)?;
+            if index > 0 {
+                self.writer.comma();
+            }
+            self.path.push(PathPart::Key(name_text.clone()));
+            self.writer
+                .string(&name_text)
+                .map_err(|_| self.invalid("this field name must not contain NUL characters"))?;
+            self.writer.colon();
+            self.value(&item, depth + 1)?;
+            self.path.pop();
+        }
+        self.writer.end_object();
+        Ok(())
+    }
+}
+
+fn is_instance(
+    value: &Bound<'_, PyAny>,
+    cell: &PyOnceLock<Py<PyType>>,
+    module: &str,
+    name: &str,
+) -> PyResult<bool> {
+    let class = cell.import(value.py(), module, name)?;
+    value.is_instance(class)
+}
+
+/// Accepts any valid JSON and builds nothing.
+struct Validator;
+
+impl Builder for Validator {
+    type Value = ();
+    fn null(&mut self) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn bool(&mut self, _: bool) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn int(&mut self, _: i64) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn big_int(&mut self, _: &str) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn float(&mut self, _: f64) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn string(&mut self, _: &str) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn array(&mut self, _: Vec<()>) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn object(&mut self, _: Vec<(String, ())>) -> Result<(), ParseError> {
+        Ok(())
+    }
+}
+
+/// Reads JSON text into Python objects (dict, list, str, int, float,
+/// bool, None). Integers beyond 64 bits stay exact.
+pub fn decode<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    let mut builder = PyBuilder { py, error: None };
+    match json::parse(text, &mut builder) {
+        Ok(value) => Ok(value),
+        Err(ParseError::Stopped) => Err(builder
+            .error
+            .unwrap_or_else(|| pyo3::exceptions::PyValueError::new_err("JSON decoding stopped"))),
+        Err(ParseError::TooDeep) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "JSON nested more than {} levels deep",
+            json::MAX_DEPTH
+        ))),
+        Err(ParseError::Syntax(offset)) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "invalid JSON at byte {offset}"
+        ))),
+    }
+}
+
+struct PyBuilder<'py> {
+    py: Python<'py>,
+    error: Option<PyErr>,
+}
+
+impl<'py> PyBuilder<'py> {
+    fn keep<T>(&mut self, result: PyResult<T>) -> Result<T, ParseError> {
+        result.map_err(|err| {
+            self.error = Some(err);
+            ParseError::Stopped
+        })
+    }
+}
+
+impl<'py> Builder for PyBuilder<'py> {
+    type Value = Bound<'py, PyAny>;
+
+    fn null(&mut self) -> Result<Self::Value, ParseError> {
+        Ok(self.py.None().into_bound(self.py))
+    }
+    fn bool(&mut self, value: bool) -> Result<Self::Value, ParseError> {
+        Ok(PyBool::new(self.py, value).to_owned().into_any())
+    }
+    fn int(&mut self, value: i64) -> Result<Self::Value, ParseError> {
+        let result = value.into_pyobject(self.py).map(Bound::into_any);
+        self.keep(result.map_err(Into::into))
+    }
+    fn big_int(&mut self, digits: &str) -> Result<Self::Value, ParseError> {
+        let py = self.py;
+        let result = py
+            .get_type::<PyInt>()
+            .call1((digits,))
+            .map(Bound::into_any);
+        self.keep(result)
+    }
+    fn float(&mut self, value: f64) -> Result<Self::Value, ParseError> {
+        Ok(PyFloat::new(self.py, value).into_any())
+    }
+    fn string(&mut self, value: &str) -> Result<Self::Value, ParseError> {
+        Ok(PyString::new(self.py, value).into_any())
+    }
+    fn array(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, ParseError> {
+        let result = PyList::new(self.py, items).map(Bound::into_any);
+        self.keep(result)
+    }
+    fn object(&mut self, entries: Vec<(String, Self::Value)>) -> Result<Self::Value, ParseError> {
+        let dict = PyDict::new(self.py);
+        for (key, value) in entries {
+            let result = dict.set_item(key, value);
+            self.keep(result)?;
+        }
+        Ok(dict.into_any())
+    }
+}

@@ -1,0 +1,656 @@
+//! The `awa._core` extension module: the only place that speaks PyO3.
+//!
+//! Every class and function here is a thin wrapper over the pure modules of
+//! the crate; `python/awa/_core.pyi` documents them for Python readers.
+
+mod codec;
+
+use std::collections::BTreeSet;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::completion::{self, Attempt, Columns, ErrorReport};
+use crate::dispatch::{self, ClaimPlan};
+use crate::payload::{self, Invalid};
+use crate::rescue::{self, Orphan};
+use crate::retry::{self, Jitter};
+
+pyo3::import_exception!(awa.errors, ValidationError);
+
+fn validation_error(invalid: &Invalid, prefix: &str) -> PyErr {
+    ValidationError::new_err((
+        format!("{prefix}{}: {}", invalid.field, invalid.message),
+        invalid.field.clone(),
+    ))
+}
+
+fn encode_or_raise(value: &Bound<'_, PyAny>, root: &str, prefix: &str) -> PyResult<String> {
+    codec::encode(value, root).map_err(|err| match err {
+        codec::EncodeError::Invalid(invalid) => validation_error(&invalid, prefix),
+        codec::EncodeError::Python(err) => err,
+    })
+}
+
+/// `SendEmail` → `send_email`.
+#[pyfunction]
+fn derive_kind(class_name: &str) -> String {
+    payload::derive_kind(class_name)
+}
+
+/// Encodes a value as compact JSON; `field` names it in errors.
+#[pyfunction]
+#[pyo3(signature = (value, field = "args"))]
+fn encode_json(value: &Bound<'_, PyAny>, field: &str) -> PyResult<String> {
+    encode_or_raise(value, field, "")
+}
+
+/// Reads JSON text into Python objects.
+#[pyfunction]
+fn decode_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    codec::decode(py, text)
+}
+
+/// Seconds to wait after failure number `failures`; `unit` in [0, 1).
+#[pyfunction]
+fn backoff_seconds(failures: u32, unit: f64) -> f64 {
+    retry::backoff_s(failures, unit)
+}
+
+/// Validated, encoded rows for every insert path.
+#[pyclass(module = "awa._core")]
+struct InsertRows {
+    kinds: Vec<String>,
+    queues: Vec<String>,
+    args: Vec<String>,
+    priorities: Vec<i16>,
+    max_attempts: Vec<i16>,
+    max_crashes: Vec<Option<i16>>,
+    run_at_us: Vec<Option<i64>>,
+    tags: Vec<Option<String>>,
+    metadata: Vec<Option<String>>,
+}
+
+#[pymethods]
+impl InsertRows {
+    #[new]
+    #[pyo3(signature = (capacity = 1))]
+    fn new(capacity: usize) -> Self {
+        InsertRows {
+            kinds: Vec::with_capacity(capacity),
+            queues: Vec::with_capacity(capacity),
+            args: Vec::with_capacity(capacity),
+            priorities: Vec::with_capacity(capacity),
+            max_attempts: Vec::with_capacity(capacity),
+            max_crashes: Vec::with_capacity(capacity),
+            run_at_us: Vec::with_capacity(capacity),
+            tags: Vec::with_capacity(capacity),
+            metadata: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Checks every limit and encodes one job; raises `ValidationError`
+    /// naming the field (prefixed with the job's position when `batch`).
+    #[pyo3(signature = (args, kind, queue, priority, max_attempts, max_crashes, run_at_us, tags, metadata, batch = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        args: &Bound<'_, PyAny>,
+        kind: &Bound<'_, PyAny>,
+        queue: &Bound<'_, PyAny>,
+        priority: &Bound<'_, PyAny>,
+        max_attempts: &Bound<'_, PyAny>,
+        max_crashes: Option<&Bound<'_, PyAny>>,
+        run_at_us: Option<i64>,
+        tags: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        batch: bool,
+    ) -> PyResult<()> {
+        let prefix = if batch {
+            format!("jobs[{}].", self.kinds.len())
+        } else {
+            String::new()
+        };
+        let fail = |invalid: Invalid| validation_error(&invalid, &prefix);
+        let kind = text_field("kind", kind).map_err(&fail)?;
+        payload::check_name("kind", &kind).map_err(&fail)?;
+        let queue = text_field("queue", queue).map_err(&fail)?;
+        payload::check_name("queue", &queue).map_err(&fail)?;
+        let priority = payload::check_priority(int_field("priority", priority).map_err(&fail)?)
+            .map_err(&fail)?;
+        let max_attempts =
+            payload::check_max_attempts(int_field("max_attempts", max_attempts).map_err(&fail)?)
+                .map_err(&fail)?;
+        let max_crashes = match max_crashes {
+            None => None,
+            Some(value) => Some(
+                payload::check_max_crashes(int_field("max_crashes", value).map_err(&fail)?)
+                    .map_err(&fail)?,
+            ),
+        };
+        if let Some(micros) = run_at_us {
+            payload::check_run_at(micros).map_err(&fail)?;
+        }
+        let tags = match tags {
+            None => None,
+            Some(value) => {
+                let tags = tag_list(value).map_err(&fail)?;
+                payload::check_tags(&tags).map_err(&fail)?;
+                (!tags.is_empty()).then(|| payload::text_array_literal(&tags))
+            }
+        };
+        let metadata = match metadata {
+            None => None,
+            Some(value) => {
+                let json = encode_or_raise(value, "metadata", &prefix)?;
+                require_object("metadata", &json).map_err(&fail)?;
+                (json != "{}").then_some(json)
+            }
+        };
+        let args = encode_or_raise(args, "args", &prefix)?;
+        require_object("args", &args).map_err(&fail)?;
+
+        self.kinds.push(kind);
+        self.queues.push(queue);
+        self.args.push(args);
+        self.priorities.push(priority);
+        self.max_attempts.push(max_attempts);
+        self.max_crashes.push(max_crashes);
+        self.run_at_us.push(run_at_us);
+        self.tags.push(tags);
+        self.metadata.push(metadata);
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// One list per column, for `INSERT … SELECT … FROM unnest(...)`:
+    /// kinds, queues, args, priorities, max_attempts, max_crashes,
+    /// run_at_us, tags (array literals), metadata.
+    #[allow(clippy::type_complexity)]
+    fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        (
+            self.kinds.clone(),
+            self.queues.clone(),
+            self.args.clone(),
+            self.priorities.clone(),
+            self.max_attempts.clone(),
+            self.max_crashes.clone(),
+            self.run_at_us.clone(),
+            self.tags.clone(),
+            self.metadata.clone(),
+        )
+            .into_pyobject(py)
+    }
+
+    /// The rows in PostgreSQL's COPY text format, for the columns
+    /// `copy_columns(with_ids, with_run_at)` names. `now_us` decides which
+    /// rows are `available` and which `scheduled`; `ids`, when given,
+    /// supplies the job ids.
+    #[pyo3(signature = (now_us, ids = None))]
+    fn copy_text<'py>(
+        &self,
+        py: Python<'py>,
+        now_us: i64,
+        ids: Option<Vec<i64>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if let Some(ids) = &ids {
+            if ids.len() != self.kinds.len() {
+                return Err(PyValueError::new_err("one id is needed per row"));
+            }
+        }
+        let with_run_at = self.has_run_at();
+        let mut out = String::with_capacity(self.kinds.len() * 96);
+        for row in 0..self.kinds.len() {
+            if let Some(ids) = &ids {
+                out.push_str(&ids[row].to_string());
+                out.push('\t');
+            }
+            self.copy_row(&mut out, row, now_us, with_run_at);
+        }
+        Ok(PyBytes::new(py, out.as_bytes()))
+    }
+
+    /// The column list matching `copy_text`.
+    #[pyo3(signature = (with_ids = false))]
+    fn copy_columns(&self, with_ids: bool) -> Vec<&'static str> {
+        let mut columns = Vec::with_capacity(11);
+        if with_ids {
+            columns.push("id");
+        }
+        columns.extend([
+            "kind",
+            "queue",
+            "args",
+            "state",
+            "priority",
+            "max_attempts",
+            "max_crashes",
+            "tags",
+            "metadata",
+        ]);
+        if self.has_run_at() {
+            columns.push("run_at");
+        }
+        columns
+    }
+
+    /// Queues that receive jobs available at `now_us` (to notify).
+    fn available_queues(&self, now_us: i64) -> Vec<String> {
+        let mut queues = BTreeSet::new();
+        for (row, queue) in self.queues.iter().enumerate() {
+            if self.is_available(row, now_us) {
+                queues.insert(queue.clone());
+            }
+        }
+        queues.into_iter().collect()
+    }
+}
+
+impl InsertRows {
+    fn has_run_at(&self) -> bool {
+        self.run_at_us.iter().any(Option::is_some)
+    }
+
+    fn is_available(&self, row: usize, now_us: i64) -> bool {
+        self.run_at_us[row].is_none_or(|micros| micros <= now_us)
+    }
+
+    fn copy_row(&self, out: &mut String, row: usize, now_us: i64, with_run_at: bool) {
+        let state = if self.is_available(row, now_us) {
+            "available"
+        } else {
+            "scheduled"
+        };
+        payload::copy_field(out, &self.kinds[row]);
+        out.push('\t');
+        payload::copy_field(out, &self.queues[row]);
+        out.push('\t');
+        payload::copy_field(out, &self.args[row]);
+        out.push('\t');
+        out.push_str(state);
+        out.push('\t');
+        out.push_str(&self.priorities[row].to_string());
+        out.push('\t');
+        out.push_str(&self.max_attempts[row].to_string());
+        out.push('\t');
+        match self.max_crashes[row] {
+            Some(limit) => out.push_str(&limit.to_string()),
+            None => out.push_str(payload::COPY_NULL),
+        }
+        out.push('\t');
+        optional_copy_field(out, self.tags[row].as_deref());
+        out.push('\t');
+        optional_copy_field(out, self.metadata[row].as_deref());
+        if with_run_at {
+            out.push('\t');
+            // Rows without their own run_at run now, by the caller's clock.
+            let micros = self.run_at_us[row].unwrap_or(now_us);
+            out.push_str(&payload::format_timestamp_us(micros));
+        }
+        out.push('\n');
+    }
+}
+
+fn optional_copy_field(out: &mut String, value: Option<&str>) {
+    match value {
+        Some(text) => payload::copy_field(out, text),
+        None => out.push_str(payload::COPY_NULL),
+    }
+}
+
+fn text_field(field: &str, value: &Bound<'_, PyAny>) -> Result<String, Invalid> {
+    let text = value
+        .cast::<PyString>()
+        .map_err(|_| Invalid::new(field, format!("must be a string (got {})", type_name(value))))?;
+    text.to_str()
+        .map(str::to_owned)
+        .map_err(|_| Invalid::new(field, "holds a lone surrogate, which is not valid Unicode"))
+}
+
+fn int_field(field: &str, value: &Bound<'_, PyAny>) -> Result<i64, Invalid> {
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(Invalid::new(field, "must be an integer (got bool)"));
+    }
+    if !value.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(Invalid::new(
+            field,
+            format!("must be an integer (got {})", type_name(value)),
+        ));
+    }
+    value
+        .extract::<i64>()
+        .map_err(|_| Invalid::new(field, "is far out of range"))
+}
+
+fn tag_list(value: &Bound<'_, PyAny>) -> Result<Vec<String>, Invalid> {
+    if value.is_instance_of::<PyString>() {
+        return Err(Invalid::new("tags", "must be a list of strings, not a string"));
+    }
+    let iter = value
+        .try_iter()
+        .map_err(|_| Invalid::new("tags", format!("must be a list of strings (got {})", type_name(value))))?;
+    let mut tags = Vec::new();
+    for (index, item) in iter.enumerate() {
+        let item = item.map_err(|err| Invalid::new("tags", err.to_string()))?;
+        tags.push(text_field(&format!("tags[{index}]"), &item)?);
+    }
+    Ok(tags)
+}
+
+fn require_object(field: &str, json: &str) -> Result<(), Invalid> {
+    if json.starts_with('{') {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            field,
+            format!("must serialize to a JSON object (got {})", codec::json_type_name(json)),
+        ))
+    }
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map_or_else(|_| "an unknown type".into(), |name| name.to_string())
+}
+
+/// Claim sizing and the set of jobs this worker holds.
+#[pyclass(module = "awa._core")]
+struct Dispatcher {
+    inner: dispatch::Dispatcher,
+    pending: Option<ClaimPlan>,
+}
+
+#[pymethods]
+impl Dispatcher {
+    #[new]
+    #[pyo3(signature = (queues, claim_batch_max, global_max_workers = None))]
+    fn new(
+        queues: Vec<(String, u32)>,
+        claim_batch_max: u32,
+        global_max_workers: Option<u32>,
+    ) -> PyResult<Self> {
+        let inner = dispatch::Dispatcher::new(queues, claim_batch_max, global_max_workers)
+            .map_err(PyValueError::new_err)?;
+        Ok(Dispatcher {
+            inner,
+            pending: None,
+        })
+    }
+
+    /// Reserves free slots and returns `(queues, counts)` to claim, or
+    /// `None` when nothing is worth claiming. Settle before planning again.
+    fn plan_claim(&mut self) -> PyResult<Option<(Vec<String>, Vec<u32>)>> {
+        if self.pending.is_some() {
+            return Err(PyRuntimeError::new_err(
+                "settle_claim() must be called before planning another claim",
+            ));
+        }
+        let plan = self.inner.plan_claim();
+        if plan.is_empty() {
+            return Ok(None);
+        }
+        let names = plan
+            .iter()
+            .map(|&(index, _)| self.inner.queues()[index].name.clone())
+            .collect();
+        let counts = plan.iter().map(|&(_, count)| count).collect();
+        self.pending = Some(plan);
+        Ok(Some((names, counts)))
+    }
+
+    /// A claimed job starts; false when it does not fit the plan.
+    fn start(&mut self, job_id: i64, run_lease: i64, queue: &str) -> bool {
+        match self.inner.queue_index(queue) {
+            Some(index) => self.inner.start(job_id, run_lease, index),
+            None => false,
+        }
+    }
+
+    /// Gives back the unused part of the pending plan.
+    fn settle_claim(&mut self) {
+        if let Some(plan) = self.pending.take() {
+            self.inner.settle_claim(&plan);
+        }
+    }
+
+    /// Frees the slot of a finished job; returns whether a claim could now
+    /// take something.
+    fn finish(&mut self, job_id: i64) -> bool {
+        self.inner.finish(job_id);
+        self.inner.can_claim()
+    }
+
+    fn can_claim(&self) -> bool {
+        self.inner.can_claim()
+    }
+
+    /// A notification or poll says the queue may have jobs; false for a
+    /// queue this worker does not serve.
+    fn mark_ready(&mut self, queue: &str) -> bool {
+        match self.inner.queue_index(queue) {
+            Some(index) => {
+                self.inner.mark_ready(index);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn mark_all_ready(&mut self) {
+        self.inner.mark_all_ready();
+    }
+
+    /// `(job ids, run leases)` of every job held.
+    fn held(&self) -> (Vec<i64>, Vec<i64>) {
+        self.inner.held().map(|(id, held)| (id, held.run_lease)).unzip()
+    }
+
+    fn lease_of(&self, job_id: i64) -> Option<i64> {
+        self.inner.lease_of(job_id)
+    }
+
+    /// Handlers running (or claimed and about to run) in `queue`.
+    fn running(&self, queue: &str) -> u32 {
+        self.inner
+            .queue_index(queue)
+            .map_or(0, |index| self.inner.queues()[index].running)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.held_count()
+    }
+}
+
+/// Outcomes buffered for one guarded batch update.
+#[pyclass(module = "awa._core")]
+struct CompletionBatch {
+    inner: completion::CompletionBatch,
+}
+
+fn attempt(
+    job_id: i64,
+    run_lease: i64,
+    attempt: i32,
+    max_attempts: i32,
+    crashes: i32,
+) -> Attempt {
+    Attempt {
+        id: job_id,
+        run_lease,
+        attempt,
+        max_attempts,
+        crashes,
+    }
+}
+
+#[pymethods]
+impl CompletionBatch {
+    #[new]
+    fn new(max_rows: usize, max_age_s: f64, seed: u64) -> PyResult<Self> {
+        let inner =
+            completion::CompletionBatch::new(max_rows, max_age_s, seed).map_err(PyValueError::new_err)?;
+        Ok(CompletionBatch { inner })
+    }
+
+    fn completed(&mut self, job_id: i64, run_lease: i64, now: f64) {
+        self.inner.completed(attempt(job_id, run_lease, 0, 1, 0), now);
+    }
+
+    /// Returns the state chosen: `retryable`, or `failed` with no attempts left.
+    #[allow(clippy::too_many_arguments)]
+    fn retry_after(
+        &mut self,
+        job_id: i64,
+        run_lease: i64,
+        attempt_no: i32,
+        max_attempts: i32,
+        crashes: i32,
+        delay_s: f64,
+        now: f64,
+    ) -> &'static str {
+        let at = attempt(job_id, run_lease, attempt_no, max_attempts, crashes);
+        self.inner.retry_after(at, delay_s, now).as_str()
+    }
+
+    fn snooze(&mut self, job_id: i64, run_lease: i64, delay_s: f64, now: f64) {
+        self.inner.snooze(attempt(job_id, run_lease, 0, 1, 0), delay_s, now);
+    }
+
+    fn cancelled(&mut self, job_id: i64, run_lease: i64, attempt_no: i32, reason: &str, now: f64) {
+        self.inner
+            .cancelled(attempt(job_id, run_lease, attempt_no, 1, 0), reason, now);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (job_id, run_lease, attempt_no, error_type, message, traceback, now))]
+    fn failed_terminal(
+        &mut self,
+        job_id: i64,
+        run_lease: i64,
+        attempt_no: i32,
+        error_type: &str,
+        message: &str,
+        traceback: Option<&str>,
+        now: f64,
+    ) {
+        let report = ErrorReport {
+            error_type,
+            message,
+            traceback,
+        };
+        self.inner
+            .failed_terminal(attempt(job_id, run_lease, attempt_no, 1, 0), &report, now);
+    }
+
+    /// Returns the state chosen: `retryable` (with backoff) or `failed`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (job_id, run_lease, attempt_no, max_attempts, crashes, error_type, message, traceback, now))]
+    fn failed(
+        &mut self,
+        job_id: i64,
+        run_lease: i64,
+        attempt_no: i32,
+        max_attempts: i32,
+        crashes: i32,
+        error_type: &str,
+        message: &str,
+        traceback: Option<&str>,
+        now: f64,
+    ) -> &'static str {
+        let report = ErrorReport {
+            error_type,
+            message,
+            traceback,
+        };
+        let at = attempt(job_id, run_lease, attempt_no, max_attempts, crashes);
+        self.inner.failed(at, &report, now).as_str()
+    }
+
+    fn is_due(&self, now: f64) -> bool {
+        self.inner.is_due(now)
+    }
+
+    fn due_in(&self, now: f64) -> Option<f64> {
+        self.inner.due_in(now)
+    }
+
+    /// Everything buffered, as `(ids, run_leases, states, delays_s,
+    /// refunds, errors)`; the batch starts empty again.
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        columns_tuple(py, self.inner.take())
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+fn columns_tuple(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, pyo3::types::PyTuple>> {
+    (
+        columns.ids,
+        columns.run_leases,
+        PyList::new(py, columns.states)?,
+        columns.delays_s,
+        columns.refunds,
+        columns.errors,
+    )
+        .into_pyobject(py)
+}
+
+/// Decides the fate of running jobs whose worker died: one guarded row
+/// each, in `CompletionBatch.take()`'s column shape.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn plan_rescue<'py>(
+    py: Python<'py>,
+    ids: Vec<i64>,
+    run_leases: Vec<i64>,
+    attempts: Vec<i32>,
+    max_attempts: Vec<i32>,
+    crashes: Vec<i32>,
+    max_crashes: Vec<Option<i32>>,
+    reason: &str,
+    seed: u64,
+) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+    let n = ids.len();
+    if [run_leases.len(), attempts.len(), max_attempts.len(), crashes.len(), max_crashes.len()]
+        .iter()
+        .any(|&len| len != n)
+    {
+        return Err(PyValueError::new_err("every column needs one value per job"));
+    }
+    let orphans: Vec<Orphan> = (0..n)
+        .map(|i| Orphan {
+            id: ids[i],
+            run_lease: run_leases[i],
+            attempt: attempts[i],
+            max_attempts: max_attempts[i],
+            crashes: crashes[i],
+            max_crashes: max_crashes[i],
+        })
+        .collect();
+    let columns = rescue::plan_rescue(&orphans, reason, &mut Jitter::new(seed));
+    columns_tuple(py, columns)
+}
+
+#[pymodule]
+fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(derive_kind, module)?)?;
+    module.add_function(wrap_pyfunction!(encode_json, module)?)?;
+    module.add_function(wrap_pyfunction!(decode_json, module)?)?;
+    module.add_function(wrap_pyfunction!(backoff_seconds, module)?)?;
+    module.add_function(wrap_pyfunction!(plan_rescue, module)?)?;
+    module.add_class::<InsertRows>()?;
+    module.add_class::<Dispatcher>()?;
+    module.add_class::<CompletionBatch>()?;
+    module.add("MAX_BACKOFF_S", retry::MAX_BACKOFF_S)?;
+    module.add("MAX_TAGS", payload::MAX_TAGS)?;
+    module.add("MAX_NAME_CHARS", payload::MAX_NAME_CHARS)?;
+    Ok(())
+}

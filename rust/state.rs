@@ -1,0 +1,81 @@
+//! Job states and the outcomes a handler can return.
+//!
+//! The names here are the database's (`awa.job_state`); the Python layer
+//! exposes the same strings through `awa.JobState`.
+
+/// The durable state of a job (spec 000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    Scheduled,
+    Available,
+    Running,
+    Retryable,
+    WaitingExternal,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Scheduled,
+        JobState::Available,
+        JobState::Running,
+        JobState::Retryable,
+        JobState::WaitingExternal,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    /// The name used in SQL and in `awa.JobState`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Running => "running",
+            JobState::Retryable => "retryable",
+            JobState::WaitingExternal => "waiting_external",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|state| state.as_str() == name)
+    }
+
+    /// Terminal states are never left again by the worker paths.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_round_trips_through_its_name() {
+        for state in JobState::ALL {
+            assert_eq!(JobState::parse(state.as_str()), Some(state));
+        }
+        assert_eq!(JobState::parse("done"), None);
+    }
+
+    #[test]
+    fn only_completed_failed_and_cancelled_are_terminal() {
+        let terminal: Vec<_> = JobState::ALL
+            .into_iter()
+            .filter(|state| state.is_terminal())
+            .collect();
+        assert_eq!(
+            terminal,
+            [JobState::Completed, JobState::Failed, JobState::Cancelled]
+        );
+    }
+}
