@@ -120,8 +120,7 @@ SET state = 'running',
     run_lease = jobs.run_lease + 1,
     attempted_at = now(),
     worker_id = $3
-FROM picked
-WHERE jobs.id = picked.id
+WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
@@ -145,7 +144,10 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[],
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
-  AND jobs.state = 'running';
+  -- Compared as text on purpose: jobs_running_idx must not drive this join.
+  -- Its row estimate is often stale (tiny), and a plan that scans it as the
+  -- outer side re-reads the whole batch for every running job.
+  AND jobs.state::text = 'running';
 
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
@@ -154,7 +156,8 @@ WITH released AS (
     UPDATE awa.jobs AS jobs
     SET state = 'available', attempt = jobs.attempt - 1, worker_id = NULL, run_at = now()
     FROM unnest($1::bigint[], $2::bigint[]) AS held(id, run_lease)
-    WHERE jobs.id = held.id AND jobs.run_lease = held.run_lease AND jobs.state = 'running'
+    WHERE jobs.id = held.id AND jobs.run_lease = held.run_lease
+      AND jobs.state::text = 'running'  -- as text: see jobs_finish_batch
     RETURNING jobs.queue
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM released) AS q
@@ -214,4 +217,4 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
      AS rescue(id, run_lease, state, delay_s, error)
 WHERE jobs.id = rescue.id
   AND jobs.run_lease = rescue.run_lease
-  AND jobs.state = 'running';
+  AND jobs.state::text = 'running';  -- as text: see jobs_finish_batch
