@@ -251,7 +251,11 @@ impl Encoder<'_> {
     fn pydantic_model(&mut self, model: &Bound<'_, PyAny>) -> Result<(), EncodeError> {
         let py = model.py();
         let serializer = model.getattr(pyo3::intern!(py, "__pydantic_serializer__"))?;
-        let json = match serializer.call_method1(pyo3::intern!(py, "to_json"), (model,)) {
+        // By alias and in round-trip mode: what `model_validate_json` reads back.
+        let options = PyDict::new(py);
+        options.set_item(pyo3::intern!(py, "by_alias"), true)?;
+        options.set_item(pyo3::intern!(py, "round_trip"), true)?;
+        let json = match serializer.call_method(pyo3::intern!(py, "to_json"), (model,), Some(&options)) {
             Ok(json) => json,
             Err(err) => {
                 return Err(self.invalid(format!(

@@ -1,0 +1,355 @@
+"""Typed, documented stubs for ``awa._core``, the private Rust extension.
+
+The core does the CPU-bound work and no I/O: it never opens a socket, never
+touches the event loop and never reads the clock, so every time is passed in
+(``now`` in seconds on the caller's monotonic clock, ``now_us`` in
+microseconds since the Unix epoch, UTC). Users import :mod:`awa`; only the
+Python layer imports this module.
+
+Limits are checked here so that a bad value raises
+:class:`awa.ValidationError` naming its field (``priority``, ``tags[3]``,
+``args.items[2].name``) before any SQL runs.
+"""
+
+from collections.abc import Sequence
+from typing import Any, Final, Literal, Self, TypeAlias, final
+
+__all__ = [
+    "MAX_BACKOFF_S",
+    "MAX_NAME_CHARS",
+    "MAX_TAGS",
+    "CompletionBatch",
+    "Dispatcher",
+    "InsertRows",
+    "backoff_seconds",
+    "decode_json",
+    "derive_kind",
+    "encode_json",
+    "plan_rescue",
+]
+
+_RetryState: TypeAlias = Literal["retryable", "failed"]
+
+_OutcomeColumns: TypeAlias = tuple[
+    list[int],  # job ids
+    list[int],  # run leases
+    list[str],  # target states
+    list[float | None],  # delays in seconds (added to the database's now())
+    list[int],  # refunds: 1 gives the attempt back (snooze), else 0
+    list[str | None],  # error entries (JSON objects) for the job's history
+]
+"""One guarded outcome row per job, one list per column, for
+``UPDATE … FROM unnest(...)``: ``(ids, run_leases, states, delays_s, refunds,
+errors)``."""
+
+_InsertColumns: TypeAlias = tuple[
+    list[str],  # kinds
+    list[str],  # queues
+    list[str],  # args (compact JSON objects)
+    list[int],  # priorities
+    list[int],  # max_attempts
+    list[int | None],  # max_crashes (None: unbounded)
+    list[int | None],  # run_at in microseconds since the epoch (None: now)
+    list[str | None],  # tags as text[] literals (None: no tags)
+    list[str | None],  # metadata (compact JSON objects; None: empty)
+]
+
+MAX_BACKOFF_S: Final[float]
+"""Retry delays never exceed this many seconds (86 400, one day)."""
+
+MAX_TAGS: Final[int]
+"""A job carries at most this many tags (20)."""
+
+MAX_NAME_CHARS: Final[int]
+"""Kinds, queues and each tag are 1 to this many characters (200)."""
+
+def derive_kind(class_name: str) -> str:
+    """Returns the job kind for an argument class name, in snake case.
+
+    ``SendEmail`` → ``send_email``, ``SMTPEmail`` → ``smtp_email``,
+    ``HTMLToPDF`` → ``html_to_pdf``, ``ProcessV2Import`` → ``process_v2_import``.
+    """
+
+def encode_json(value: object, field: str = "args") -> str:
+    """Encodes a value as compact JSON text; ``field`` names its root in errors.
+
+    Accepts ``None``, ``bool``, ``int`` of any size, finite ``float`` (``1.0``
+    stays ``1.0``), ``str``, ``list``, ``tuple``, ``dict`` with ``str`` keys,
+    pydantic models (through their own serializer, so aliases apply),
+    dataclasses, ``datetime``/``date``/``time`` (ISO 8601), ``UUID`` and
+    ``Decimal`` (as strings) and enums (their value), nested to 256 levels.
+
+    Raises :class:`awa.ValidationError` whose ``field`` is the path to the
+    offending value (``args.items[2].name``) for NUL characters (in values or
+    keys), NaN and infinities, lone surrogates, non-string keys, ``bytes``,
+    other types, and nesting that is too deep or refers to itself. Errors
+    raised by user code it calls (a pydantic serializer) propagate.
+    """
+
+def decode_json(text: str) -> Any:
+    """Reads JSON text into ``dict``, ``list``, ``str``, ``int``, ``float``,
+    ``bool`` and ``None``.
+
+    Integers beyond 64 bits stay exact; numbers with a fraction or an
+    exponent become ``float``; a repeated key keeps its last value. Raises
+    ``ValueError`` naming the byte offset of invalid JSON (trailing text and
+    lone surrogate escapes included), or when nesting exceeds 512 levels.
+    """
+
+def backoff_seconds(failures: int, unit: float) -> float:
+    """Returns the retry delay in seconds after failure number ``failures``
+    (1 for the first failure).
+
+    The delay is ``2**failures`` plus up to 25 % jitter (``unit``, a uniform
+    sample in ``[0, 1)``, chooses how much; values outside are clamped), and
+    never more than :data:`MAX_BACKOFF_S`.
+    """
+
+def plan_rescue(
+    ids: Sequence[int],
+    run_leases: Sequence[int],
+    attempts: Sequence[int],
+    max_attempts: Sequence[int],
+    crashes: Sequence[int],
+    max_crashes: Sequence[int | None],
+    reason: str,
+    seed: int,
+) -> _OutcomeColumns:
+    """Decides the fate of running jobs whose worker died, one row each.
+
+    Each column gives one value per job. A crash is counted apart from
+    failures: the job goes back to ``retryable`` after a backoff on its crash
+    count (crashes + 1), or to ``failed`` with a ``crash_loop`` message once
+    that count exceeds ``max_crashes`` (``None``: never). Every row carries a
+    ``WorkerCrash`` error entry with ``reason``; ``seed`` feeds the jitter.
+    Returns the same column shape as :meth:`CompletionBatch.take`. Raises
+    ``ValueError`` when the columns differ in length.
+    """
+
+@final
+class InsertRows:
+    """Validated, encoded jobs for every insert path (one row, many, COPY).
+
+    :meth:`add` checks every insert limit and encodes one job; the rows then
+    come out either as one list per column (:meth:`columns`) or as
+    PostgreSQL COPY text (:meth:`copy_text`).
+    """
+
+    def __new__(cls, capacity: int = 1) -> Self:
+        """Starts an empty set of rows with room for ``capacity`` jobs."""
+
+    def add(
+        self,
+        args: object,
+        kind: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        max_crashes: int | None,
+        run_at_us: int | None,
+        tags: Sequence[str] | None,
+        metadata: object,
+        batch: bool = False,
+    ) -> None:
+        """Checks every limit and appends one encoded job.
+
+        Limits: ``kind`` and ``queue`` are strings of 1–200 characters;
+        ``priority`` 1–4; ``max_attempts`` 1–1000; ``max_crashes`` 0–10 000 or
+        ``None`` (unbounded); ``run_at_us`` (microseconds since the epoch,
+        UTC; ``None`` runs now) within the years 1–9999; ``tags`` a list of
+        at most 20 strings of 1–200 characters; ``args`` and ``metadata``
+        (``None``: none) encode, as by :func:`encode_json`, to JSON objects.
+        Integers must be ``int`` (``bool`` is refused) and no text may hold a
+        NUL character.
+
+        Raises :class:`awa.ValidationError` whose ``field`` names the value;
+        with ``batch`` its message is prefixed with the job's position
+        (``jobs[3].priority: …``). A refused job is not added.
+        """
+
+    def __len__(self) -> int:
+        """The number of jobs added."""
+
+    def columns(self) -> _InsertColumns:
+        """One list per column, for ``INSERT … SELECT … FROM unnest(...)``:
+        ``(kinds, queues, args, priorities, max_attempts, max_crashes,
+        run_at_us, tags, metadata)``; tags as ``text[]`` literals."""
+
+    def copy_text(self, now_us: int, ids: Sequence[int] | None = None) -> bytes:
+        """The rows in PostgreSQL's COPY text format, for the columns
+        :meth:`copy_columns` names.
+
+        Rows whose ``run_at_us`` is after ``now_us`` (microseconds since the
+        epoch, UTC) are ``scheduled``, the rest ``available``; when any row
+        has a ``run_at``, rows without one run at ``now_us``. ``ids``, one per
+        row, supplies the job ids (``ValueError`` otherwise). NULL is ``\\N``;
+        backslashes, tabs, newlines and carriage returns are escaped.
+        """
+
+    def copy_columns(self, with_ids: bool = False) -> list[str]:
+        """The column list matching :meth:`copy_text`: ``id`` first when
+        ``with_ids``, and ``run_at`` last when any row has one."""
+
+    def available_queues(self, now_us: int) -> list[str]:
+        """The queues, sorted and without repeats, that receive a job
+        available at ``now_us`` (microseconds since the epoch): those to
+        notify."""
+
+@final
+class Dispatcher:
+    """Claim sizing and the set of jobs one worker process holds.
+
+    Before each claim, :meth:`plan_claim` reserves free slots per queue;
+    :meth:`start` turns a reservation into a running job and
+    :meth:`settle_claim` gives back what the claim did not return (a queue
+    that came back short is skipped until :meth:`mark_ready`).
+    :meth:`finish` frees a slot when a handler returns.
+    """
+
+    def __new__(
+        cls,
+        queues: Sequence[tuple[str, int]],
+        claim_batch_max: int,
+        global_max_workers: int | None = None,
+    ) -> Self:
+        """Serves ``queues``, pairs of queue name and its ``max_workers``.
+
+        A claim takes at most ``claim_batch_max`` jobs per queue, and
+        ``global_max_workers`` (``None``: no cap) bounds the jobs held across
+        all queues. Raises ``ValueError`` for no queues, a queue listed
+        twice, or a count below 1.
+        """
+
+    def plan_claim(self) -> tuple[list[str], list[int]] | None:
+        """Reserves free slots and returns ``(queues, counts)`` to claim, or
+        ``None`` when nothing is worth claiming.
+
+        Raises ``RuntimeError`` while a previous plan is not yet settled.
+        """
+
+    def start(self, job_id: int, run_lease: int, queue: str) -> bool:
+        """Records a claimed job as running in one reserved slot of ``queue``.
+
+        Returns ``False`` (and changes nothing) when the queue has no reserved
+        slot, is not served here, or the job is already held.
+        """
+
+    def settle_claim(self) -> None:
+        """Ends the pending plan: gives back reservations no job started in,
+        and marks a queue that returned fewer jobs than asked as empty."""
+
+    def finish(self, job_id: int) -> bool:
+        """Frees the slot of a finished job (an unknown id is ignored);
+        returns :meth:`can_claim`."""
+
+    def can_claim(self) -> bool:
+        """Whether a claim now could take anything: a free slot, within the
+        global cap, in a queue that may have jobs."""
+
+    def mark_ready(self, queue: str) -> bool:
+        """Notes that ``queue`` may have jobs (a notification or a poll);
+        ``False`` for a queue this worker does not serve."""
+
+    def mark_all_ready(self) -> None:
+        """Notes that every queue may have jobs (a poll tick)."""
+
+    def held(self) -> tuple[list[int], list[int]]:
+        """``(job ids, run leases)`` of every job held, in matching order."""
+
+    def lease_of(self, job_id: int) -> int | None:
+        """The run lease of a held job, or ``None`` when it is not held."""
+
+    def running(self, queue: str) -> int:
+        """Jobs held in ``queue`` (running, or claimed and about to run);
+        0 for a queue not served here."""
+
+    def __len__(self) -> int:
+        """The number of jobs held."""
+
+@final
+class CompletionBatch:
+    """Handler outcomes buffered for one guarded batch update.
+
+    Each outcome method appends one row; :meth:`take` hands them all out as
+    columns. ``now`` is the caller's clock in seconds (monotonic is fine) and
+    only drives the age trigger. Every write is guarded by
+    ``(id, run_lease)``, so a row from a stale attempt matches nothing.
+    """
+
+    def __new__(cls, max_rows: int, max_age_s: float, seed: int) -> Self:
+        """Flushes are due at ``max_rows`` outcomes (at least 1) or once the
+        oldest has waited ``max_age_s`` seconds (finite, >= 0); ``seed``
+        feeds the retry jitter. Raises ``ValueError`` for bad settings."""
+
+    def completed(self, job_id: int, run_lease: int, now: float) -> None:
+        """The handler returned normally: state ``completed``."""
+
+    def retry_after(
+        self,
+        job_id: int,
+        run_lease: int,
+        attempt_no: int,
+        max_attempts: int,
+        crashes: int,
+        delay_s: float,
+        now: float,
+    ) -> _RetryState:
+        """The handler asked to run again after ``delay_s`` seconds (negative
+        counts as 0). This uses an attempt: with none left (``attempt_no -
+        crashes >= max_attempts``) the job fails with a ``RetryAfter`` error
+        entry. Returns the state chosen."""
+
+    def snooze(self, job_id: int, run_lease: int, delay_s: float, now: float) -> None:
+        """The handler deferred itself by ``delay_s`` seconds: state
+        ``scheduled``, and the attempt is refunded."""
+
+    def cancelled(
+        self, job_id: int, run_lease: int, attempt_no: int, reason: str, now: float
+    ) -> None:
+        """The handler cancelled the job: state ``cancelled``, with a
+        ``Cancel`` error entry holding ``reason``."""
+
+    def failed_terminal(
+        self,
+        job_id: int,
+        run_lease: int,
+        attempt_no: int,
+        error_type: str,
+        message: str,
+        traceback: str | None,
+        now: float,
+    ) -> None:
+        """The handler raised an error that must not be retried: state
+        ``failed`` with an error entry."""
+
+    def failed(
+        self,
+        job_id: int,
+        run_lease: int,
+        attempt_no: int,
+        max_attempts: int,
+        crashes: int,
+        error_type: str,
+        message: str,
+        traceback: str | None,
+        now: float,
+    ) -> _RetryState:
+        """The handler raised: ``retryable`` after :func:`backoff_seconds` of
+        the failures so far (``attempt_no - crashes``) while attempts remain,
+        else ``failed``. Either way the error entry is recorded (message cut
+        to 2 000 characters, traceback to its last 4 000, NUL replaced).
+        Returns the state chosen."""
+
+    def is_due(self, now: float) -> bool:
+        """Whether to flush now: ``max_rows`` outcomes are buffered, or the
+        oldest has waited ``max_age_s`` seconds. Never for an empty batch."""
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds until a flush is due (0 when it is), ``None`` when empty."""
+
+    def take(self) -> _OutcomeColumns:
+        """Hands out every buffered outcome as ``(ids, run_leases, states,
+        delays_s, refunds, errors)`` and starts an empty batch."""
+
+    def __len__(self) -> int:
+        """The number of outcomes buffered."""

@@ -1,0 +1,80 @@
+"""Shared fixtures: one real PostgreSQL per test session, a clean schema per test.
+
+With ``AWA_DATABASE_URL`` set, the suite creates (and finally drops) a fresh
+database on that server; without it, it starts a throwaway server of its
+own (``awa.embedded``) and stops it at the end. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+import awa
+
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """A PostgreSQL server the suite may create databases on."""
+    configured = os.environ.get("AWA_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    from awa.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(durable=False)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+async def database_url(server_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this session, dropped afterwards."""
+    name = f"awa_test_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = _with_database(server_url, name)
+    async with awa.AsyncClient(url) as client:
+        await client.migrate()
+    try:
+        yield url
+    finally:
+        admin = await asyncpg.connect(server_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection for arranging and asserting, on a clean schema."""
+    connection = await asyncpg.connect(database_url)
+    await connection.execute("TRUNCATE awa.jobs, awa.workers RESTART IDENTITY")
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+async def client(database_url: str, conn: asyncpg.Connection) -> AsyncIterator[awa.AsyncClient]:
+    """A client on the clean test database; its worker is shut down afterwards."""
+    async with awa.AsyncClient(database_url) as made:
+        yield made

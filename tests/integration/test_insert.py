@@ -1,0 +1,225 @@
+"""Inserting through the client: every path, the options, and transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+
+import asyncpg
+import pytest
+from pydantic import BaseModel, Field
+
+import awa
+from awa.notifier import CHANNEL
+
+UTC = datetime.UTC
+
+
+class SendEmail(BaseModel):
+    to: str
+    subject: str = "hi"
+
+
+class SMTPEmail(BaseModel):
+    to: str
+
+
+@dataclasses.dataclass
+class ResizeImage:
+    path: str
+    width: int
+
+
+class Aliased(BaseModel):
+    user_id: int = Field(alias="userId")
+
+
+async def test_insert_returns_the_committed_job(client):
+    job = await client.insert(SendEmail(to="a@b.c"), priority=1, tags=["t1"], metadata={"m": 1})
+    assert isinstance(job, awa.Job)
+    assert job.id > 0
+    assert job.kind == "send_email"
+    assert job.queue == "default"
+    assert job.state is awa.JobState.Available
+    assert (job.priority, job.attempt, job.max_attempts) == (1, 0, 25)
+    assert job.tags == ["t1"]
+    assert job.metadata == {"m": 1}
+    assert job.errors == []
+    assert job.created_at.tzinfo is not None and job.run_at.tzinfo is not None
+    assert job.finalized_at is None
+    fetched = await client.get_job(job.id)
+    assert fetched.args == {"to": "a@b.c", "subject": "hi"}  # no task registered: a dict
+
+
+async def test_kind_comes_from_the_registered_task_or_the_class_name(client):
+    @client.task(SendEmail, queue="email")
+    async def send(job):
+        return None
+
+    registered = await client.insert(SendEmail(to="x"))
+    assert (registered.kind, registered.queue) == ("send_email", "email")
+    assert registered.args == SendEmail(to="x")
+    derived = await client.insert(SMTPEmail(to="y"))
+    assert (derived.kind, derived.queue) == ("smtp_email", "default")
+    explicit = await client.insert({"a": 1}, kind="custom", queue="other")
+    assert (explicit.kind, explicit.queue, explicit.args) == ("custom", "other", {"a": 1})
+
+
+async def test_dataclass_and_alias_arguments_round_trip(client):
+    @client.task(ResizeImage)
+    def resize(job):
+        return None
+
+    @client.task(Aliased, kind="aliased")
+    async def aliased(job):
+        return None
+
+    job = await client.insert(ResizeImage(path="/a.png", width=10))
+    assert job.kind == "resize_image"
+    assert (await client.get_job(job.id)).args == ResizeImage(path="/a.png", width=10)
+    model = await client.insert(Aliased(userId=7))
+    assert json.loads(model.args_json) == {"userId": 7}
+    assert (await client.get_job(model.id)).args.user_id == 7
+
+
+async def test_a_dict_without_kind_is_refused(client):
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.insert({"a": 1})
+    assert raised.value.field == "kind"
+
+
+async def test_past_run_at_is_available_at_once_and_future_is_scheduled(client):
+    past = await client.insert({}, kind="k", run_at=datetime.datetime(2000, 1, 1, tzinfo=UTC))
+    future = await client.insert({}, kind="k", run_at=datetime.timedelta(hours=1))
+    assert past.state is awa.JobState.Available
+    assert past.run_at == datetime.datetime(2000, 1, 1, tzinfo=UTC)
+    assert future.state is awa.JobState.Scheduled
+
+
+async def test_insert_wakes_listeners_of_its_queue(client, database_url):
+    listener = await asyncpg.connect(database_url)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        await client.insert({}, kind="k", queue="wake-me")
+        assert await asyncio.wait_for(heard.get(), 5) == "wake-me"
+        await client.insert({}, kind="k", queue="later", run_at=datetime.timedelta(hours=1))
+        await client.insert({}, kind="k", queue="again")
+        assert await asyncio.wait_for(heard.get(), 5) == "again"  # nothing for "later"
+    finally:
+        await listener.close()
+
+
+async def test_rolled_back_transaction_leaves_no_job(client, conn, database_url):
+    async with _connect(database_url) as own:
+        await own.execute("CREATE TABLE IF NOT EXISTS signup (email text)")
+        try:
+            async with own.transaction():
+                await own.execute("INSERT INTO signup VALUES ('a@b.c')")
+                await client.insert(SendEmail(to="a@b.c"), connection=own)
+                raise RuntimeError("the request failed")
+        except RuntimeError:
+            pass
+        async with own.transaction():
+            await own.execute("INSERT INTO signup VALUES ('d@e.f')")
+            kept = await client.insert(SendEmail(to="d@e.f"), connection=own)
+        emails = [row[0] for row in await own.fetch("SELECT email FROM signup")]
+        await own.execute("DROP TABLE signup")
+    assert emails == ["d@e.f"]
+    assert await conn.fetchval("SELECT array_agg(id) FROM awa.jobs") == [kept.id]
+
+
+async def test_jobs_inserted_in_an_open_transaction_are_invisible_until_commit(client, conn, database_url):
+    async with _connect(database_url) as own:
+        transaction = own.transaction()
+        await transaction.start()
+        job = await client.insert({}, kind="k", connection=own)
+        assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+        await transaction.commit()
+    assert await conn.fetchval("SELECT id FROM awa.jobs") == job.id
+
+
+async def test_insert_many_is_one_statement_and_keeps_order(client):
+    jobs = await client.insert_many(
+        [SendEmail(to=f"{i}@x") for i in range(5)],
+        queue="bulk",
+        opts=[None, {"priority": 1}, None, {"queue": "other", "tags": ["t"]}, None],
+    )
+    assert [job.args["to"] for job in jobs] == [f"{i}@x" for i in range(5)]
+    assert [job.priority for job in jobs] == [2, 1, 2, 2, 2]
+    assert [job.queue for job in jobs] == ["bulk", "bulk", "bulk", "other", "bulk"]
+    assert jobs[3].tags == ["t"]
+    assert await client.insert_many([]) == []
+
+
+async def test_insert_many_validates_everything_before_writing(client, conn):
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.insert_many([{"a": 1}, {"a": 2}, {"a": 3}], kind="k",
+                                 opts=[None, None, {"priority": 9}])
+    assert raised.value.field == "priority"
+    assert "jobs[2]" in str(raised.value)
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+async def test_unknown_per_job_options_are_refused(client):
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.insert_many([{"a": 1}], kind="k", opts=[{"prio": 1}])
+    assert raised.value.field == "opts[0]"
+
+
+async def test_insert_many_copy_returns_the_jobs(client):
+    run_at = datetime.datetime.now(UTC) + datetime.timedelta(hours=1)
+    jobs = await client.insert_many_copy(
+        [{"n": i, "text": "tab\there\nnewline \\ backslash"} for i in range(3)],
+        kind="copied", tags=["a", 'quo"te'], metadata={"source": "copy"},
+        opts=[None, {"run_at": run_at}, {"priority": 4}],
+    )
+    assert [job.args["n"] for job in jobs] == [0, 1, 2]
+    assert jobs[0].args["text"] == "tab\there\nnewline \\ backslash"
+    assert jobs[0].tags == ["a", 'quo"te']
+    assert jobs[0].metadata == {"source": "copy"}
+    assert [job.state for job in jobs] == [
+        awa.JobState.Available, awa.JobState.Scheduled, awa.JobState.Available
+    ]
+    assert jobs[1].run_at == run_at
+    assert jobs[2].priority == 4
+
+
+async def test_enqueue_many_copy_counts_and_notifies(client, conn, database_url):
+    listener = await asyncpg.connect(database_url)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        count = await client.enqueue_many_copy([{"i": i} for i in range(1000)], kind="bulk", queue="copyq")
+        assert count == 1000
+        assert await asyncio.wait_for(heard.get(), 5) == "copyq"
+    finally:
+        await listener.close()
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE state = 'available'") == 1000
+
+
+async def test_copy_inside_a_caller_transaction_rolls_back_with_it(client, conn, database_url):
+    async with _connect(database_url) as own:
+        try:
+            async with own.transaction():
+                await client.enqueue_many_copy([{"i": 1}], kind="k", connection=own)
+                raise RuntimeError
+        except RuntimeError:
+            pass
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+class _connect:
+    """``async with _connect(url) as connection``: a plain asyncpg connection."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        self.connection = await asyncpg.connect(self.url)
+        return self.connection
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.connection.close()

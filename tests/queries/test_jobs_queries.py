@@ -1,0 +1,270 @@
+"""Each named job query on a real PostgreSQL, guards included."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from awa import sql
+from awa.notifier import CHANNEL
+
+Q = sql.query
+
+
+async def insert_available(conn: asyncpg.Connection, count: int, *, queue: str = "q",
+                           priority: int = 2, run_at_offset_s: float = 0.0) -> list[int]:
+    return [
+        row["id"]
+        for row in await conn.fetch(
+            """INSERT INTO awa.jobs (kind, queue, priority, run_at, state)
+               SELECT 'k', $1, $2, now() + $3 * interval '1 second', 'available'
+               FROM generate_series(1, $4) RETURNING id""",
+            queue, priority, run_at_offset_s, count,
+        )
+    ]
+
+
+async def register_worker(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval(Q("workers_register"), "host", 1, ["q"])
+
+
+async def claim(conn, queues, counts, worker_id):
+    return await conn.fetch(Q("jobs_claim"), queues, counts, worker_id)
+
+
+async def finish(conn, ids, leases, states, delays=None, refunds=None, errors=None):
+    n = len(ids)
+    return await conn.execute(
+        Q("jobs_finish_batch"), ids, leases, states,
+        delays or [None] * n, refunds or [0] * n, errors or [None] * n,
+    )
+
+
+async def test_claim_takes_most_urgent_first_then_oldest_then_lowest_id(conn):
+    worker = await register_worker(conn)
+    low = await insert_available(conn, 1, priority=4)
+    normal = await insert_available(conn, 2, priority=2)
+    old_normal = await insert_available(conn, 1, priority=2, run_at_offset_s=-60)
+    urgent = await insert_available(conn, 1, priority=1)
+    order = [(await claim(conn, ["q"], [1], worker))[0]["id"] for _ in range(5)]
+    assert order == urgent + old_normal + normal + low
+
+
+async def test_claim_starts_an_attempt_and_bumps_the_lease(conn):
+    worker = await register_worker(conn)
+    [job_id] = await insert_available(conn, 1)
+    [row] = await claim(conn, ["q"], [5], worker)
+    assert row["state"] == "running"
+    assert row["attempt"] == 1
+    assert row["run_lease"] == 1
+    stored = await conn.fetchrow("SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", job_id)
+    assert stored["worker_id"] == worker
+    assert stored["attempted_at"] is not None
+
+
+async def test_claim_respects_per_queue_counts_and_ignores_other_queues(conn):
+    worker = await register_worker(conn)
+    await insert_available(conn, 5, queue="a")
+    await insert_available(conn, 5, queue="b")
+    await insert_available(conn, 5, queue="c")
+    rows = await claim(conn, ["a", "b"], [2, 3], worker)
+    by_queue: dict[str, int] = {}
+    for row in rows:
+        by_queue[row["queue"]] = by_queue.get(row["queue"], 0) + 1
+    assert by_queue == {"a": 2, "b": 3}
+
+
+async def test_concurrent_claims_never_take_the_same_job(conn, database_url):
+    worker = await register_worker(conn)
+    await insert_available(conn, 200)
+    others = [await asyncpg.connect(database_url) for _ in range(4)]
+    try:
+        results = await asyncio.gather(
+            *(claim(other, ["q"], [60], worker) for other in others)
+        )
+    finally:
+        for other in others:
+            await other.close()
+    ids = [row["id"] for rows in results for row in rows]
+    assert len(ids) == len(set(ids)) == 200
+
+
+async def test_claim_skips_jobs_that_are_not_available(conn):
+    worker = await register_worker(conn)
+    await conn.execute(
+        """INSERT INTO awa.jobs (kind, queue, state) VALUES
+           ('k', 'q', 'scheduled'), ('k', 'q', 'retryable'), ('k', 'q', 'completed'),
+           ('k', 'q', 'running')"""
+    )
+    assert await claim(conn, ["q"], [10], worker) == []
+
+
+async def test_finish_batch_applies_each_outcome(conn):
+    worker = await register_worker(conn)
+    await insert_available(conn, 4)
+    rows = sorted(await claim(conn, ["q"], [4], worker), key=lambda r: r["id"])
+    ids = [row["id"] for row in rows]
+    leases = [row["run_lease"] for row in rows]
+    status = await finish(
+        conn, ids, leases, ["completed", "retryable", "scheduled", "failed"],
+        delays=[None, 30.0, 5.0, None], refunds=[0, 0, 1, 0],
+        errors=[None, '{"type": "E", "message": "m", "attempt": 1}', None,
+                '{"type": "T", "message": "t", "attempt": 1}'],
+    )
+    assert status == "UPDATE 4"
+    stored = {
+        row["id"]: row
+        for row in await conn.fetch(
+            """SELECT id, state::text, attempt, finalized_at, worker_id, errors,
+                      extract(epoch FROM run_at - now()) AS due_in
+               FROM awa.jobs"""
+        )
+    }
+    done, retry, snoozed, failed = (stored[i] for i in ids)
+    assert done["state"] == "completed" and done["finalized_at"] is not None
+    assert done["worker_id"] is None and done["errors"] is None
+    assert retry["state"] == "retryable" and 25 < retry["due_in"] <= 30
+    assert retry["finalized_at"] is None and '"at"' in retry["errors"]
+    assert snoozed["state"] == "scheduled" and snoozed["attempt"] == 0
+    assert failed["state"] == "failed" and failed["finalized_at"] is not None
+
+
+async def test_finish_batch_ignores_outcomes_of_stale_attempts(conn):
+    worker = await register_worker(conn)
+    [job_id] = await insert_available(conn, 1)
+    [first] = await claim(conn, ["q"], [1], worker)
+    # The attempt is rescued and claimed again: lease 2 owns the job now.
+    await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", job_id)
+    [second] = await claim(conn, ["q"], [1], worker)
+    assert second["run_lease"] == first["run_lease"] + 1
+    assert await finish(conn, [job_id], [first["run_lease"]], ["completed"]) == "UPDATE 0"
+    assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job_id) == "running"
+    assert await finish(conn, [job_id], [second["run_lease"]], ["completed"]) == "UPDATE 1"
+
+
+async def test_finish_batch_ignores_jobs_no_longer_running(conn):
+    worker = await register_worker(conn)
+    [job_id] = await insert_available(conn, 1)
+    [row] = await claim(conn, ["q"], [1], worker)
+    await conn.execute("UPDATE awa.jobs SET state = 'cancelled' WHERE id = $1", job_id)
+    assert await finish(conn, [job_id], [row["run_lease"]], ["completed"]) == "UPDATE 0"
+
+
+async def test_release_returns_running_jobs_without_counting_the_attempt(conn):
+    worker = await register_worker(conn)
+    await insert_available(conn, 2)
+    rows = await claim(conn, ["q"], [2], worker)
+    ids = [row["id"] for row in rows]
+    leases = [row["run_lease"] for row in rows]
+    stale = [lease - 1 for lease in leases]
+    result = await conn.fetchrow(Q("jobs_release"), ids[:1] + ids[1:], stale[:1] + leases[1:])
+    assert result["released"] == 1
+    rows = {r["id"]: r for r in await conn.fetch("SELECT id, state::text, attempt, worker_id FROM awa.jobs")}
+    assert rows[ids[0]]["state"] == "running"
+    assert rows[ids[1]]["state"] == "available"
+    assert rows[ids[1]]["attempt"] == 0
+    assert rows[ids[1]]["worker_id"] is None
+
+
+async def test_promote_due_makes_due_jobs_available_and_notifies(conn, database_url):
+    await conn.execute(
+        """INSERT INTO awa.jobs (kind, queue, state, run_at) VALUES
+           ('k', 'due', 'scheduled', now() - interval '1 second'),
+           ('k', 'due', 'retryable', now() - interval '1 second'),
+           ('k', 'later', 'scheduled', now() + interval '1 hour')"""
+    )
+    listener = await asyncpg.connect(database_url)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        row = await conn.fetchrow(Q("jobs_promote_due"), 100)
+        assert row["promoted"] == 2
+        assert await asyncio.wait_for(heard.get(), 5) == "due"
+    finally:
+        await listener.close()
+    assert await conn.fetchval(
+        "SELECT count(*) FROM awa.jobs WHERE state = 'available' AND queue = 'due'"
+    ) == 2
+    seconds = await conn.fetchval(Q("jobs_next_due"))
+    assert 3500 < seconds <= 3600
+
+
+async def test_promote_due_is_bounded(conn):
+    await conn.execute(
+        """INSERT INTO awa.jobs (kind, state, run_at)
+           SELECT 'k', 'scheduled', now() - interval '1 second' FROM generate_series(1, 5)"""
+    )
+    assert (await conn.fetchrow(Q("jobs_promote_due"), 3))["promoted"] == 3
+    assert (await conn.fetchrow(Q("jobs_promote_due"), 3))["promoted"] == 2
+
+
+async def test_next_due_is_null_without_scheduled_jobs(conn):
+    assert await conn.fetchval(Q("jobs_next_due")) is None
+
+
+async def test_orphaned_finds_running_jobs_of_silent_or_missing_workers(conn):
+    alive = await register_worker(conn)
+    silent = await register_worker(conn)
+    await conn.execute(
+        "UPDATE awa.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", silent
+    )
+    await insert_available(conn, 3)
+    [a] = await claim(conn, ["q"], [1], alive)
+    [s] = await claim(conn, ["q"], [1], silent)
+    [gone] = await claim(conn, ["q"], [1], 999_999)
+    orphans = await conn.fetch(Q("jobs_orphaned"), 60.0, 100)
+    assert sorted(row["id"] for row in orphans) == sorted([s["id"], gone["id"]])
+    assert a["id"] not in {row["id"] for row in orphans}
+
+
+async def test_rescue_counts_a_crash_and_is_guarded(conn):
+    worker = await register_worker(conn)
+    await insert_available(conn, 2)
+    rows = sorted(await claim(conn, ["q"], [2], worker), key=lambda r: r["id"])
+    ids = [row["id"] for row in rows]
+    leases = [rows[0]["run_lease"], rows[1]["run_lease"] - 1]  # second is stale
+    status = await conn.execute(
+        Q("jobs_rescue"), ids, leases, ["retryable", "retryable"], [0.0, 0.0],
+        ['{"type": "WorkerCrash", "message": "m", "attempt": 1}'] * 2,
+    )
+    assert status == "UPDATE 1"
+    first = await conn.fetchrow("SELECT state::text, crashes, errors, worker_id FROM awa.jobs WHERE id = $1", ids[0])
+    assert first["state"] == "retryable"
+    assert first["crashes"] == 1
+    assert first["worker_id"] is None
+    assert "WorkerCrash" in first["errors"]
+
+
+async def test_stale_workers_are_deleted_only_once_they_hold_nothing(conn):
+    silent = await register_worker(conn)
+    await conn.execute(
+        "UPDATE awa.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", silent
+    )
+    await insert_available(conn, 1)
+    [row] = await claim(conn, ["q"], [1], silent)
+    await conn.execute(Q("workers_delete_stale"), 60.0)
+    assert await conn.fetchval("SELECT count(*) FROM awa.workers") == 1
+    await finish(conn, [row["id"]], [row["run_lease"]], ["completed"])
+    await conn.execute(Q("workers_delete_stale"), 60.0)
+    assert await conn.fetchval("SELECT count(*) FROM awa.workers") == 0
+
+
+async def test_heartbeat_and_reregister(conn):
+    worker = await register_worker(conn)
+    assert await conn.fetchval(Q("workers_heartbeat"), worker) == worker
+    await conn.execute(Q("workers_deregister"), worker)
+    assert await conn.fetchval(Q("workers_heartbeat"), worker) is None
+    await conn.execute(Q("workers_reregister"), worker, "host", 1, ["q"])
+    assert await conn.fetchval(Q("workers_heartbeat"), worker) == worker
+
+
+async def test_leader_lock_is_exclusive_per_database(conn, database_url):
+    other = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval(Q("locks_try_leader"), 42) is True
+        assert await other.fetchval(Q("locks_try_leader"), 42) is False
+        assert await conn.fetchval(Q("locks_release_leader"), 42) is True
+        assert await other.fetchval(Q("locks_try_leader"), 42) is True
+    finally:
+        await other.close()
