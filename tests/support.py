@@ -33,3 +33,39 @@ async def states(connection: asyncpg.Connection) -> dict[str, int]:
 
 async def job_row(connection: asyncpg.Connection, job_id: int) -> Any:
     return await connection.fetchrow("SELECT * FROM awa.jobs WHERE id = $1", job_id)
+
+
+#: Worker settings that keep acceptance tests quick: maintenance runs often.
+FAST_WORKER = {
+    "poll_interval": 0.2,
+    "promote_interval": 0.05,
+    "rescue_interval": 0.1,
+    "heartbeat_interval": 0.1,
+    "heartbeat_staleness": 1.0,
+    "leader_election_interval": 0.1,
+}
+
+
+async def wait_for_state(
+    connection: asyncpg.Connection, job_id: int, state: str, *, timeout: float = 15.0
+) -> Any:
+    """Waits until the job reaches ``state``; returns its row."""
+
+    async def reached() -> Any:
+        row = await job_row(connection, job_id)
+        return row if row is not None and row["state"] == state else None
+
+    return await eventually(reached, timeout=timeout)
+
+
+async def wait_until_settled(
+    connection: asyncpg.Connection, count: int, *, timeout: float = 30.0
+) -> dict[str, int]:
+    """Waits until ``count`` jobs are completed, failed or cancelled."""
+
+    async def settled() -> dict[str, int] | None:
+        found = await states(connection)
+        done = sum(found.get(state, 0) for state in ("completed", "failed", "cancelled"))
+        return found if done >= count else None
+
+    return await eventually(settled, timeout=timeout)

@@ -218,3 +218,11 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
 WHERE jobs.id = rescue.id
   AND jobs.run_lease = rescue.run_lease
   AND jobs.state::text = 'running';  -- as text: see jobs_finish_batch
+
+-- name: jobs_summary_by_tag
+-- Jobs carrying a tag, counted by kind and state (the demo's summary).
+SELECT kind, state::text AS state, count(*) AS count
+FROM awa.jobs
+WHERE $1 = ANY (tags)
+GROUP BY kind, state
+ORDER BY kind, state;

@@ -1,0 +1,131 @@
+"""The command line: ``python -m awa migrate | worker | demo``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from awa.client import AsyncClient
+from awa.errors import AwaError, ConfigurationError
+
+log = logging.getLogger("awa.cli")
+
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    options = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if options.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(asyncio.run(options.run(options)))
+    except (AwaError, OSError) as error:
+        print(f"awa: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="awa", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    commands = parser.add_subparsers(required=True, metavar="command")
+
+    migrate = commands.add_parser("migrate", help="bring the awa schema up to date")
+    _database_option(migrate)
+    migrate.set_defaults(run=_migrate)
+
+    worker = commands.add_parser("worker", help="run a worker until SIGINT or SIGTERM")
+    worker.add_argument(
+        "--app", required=True, metavar="MODULE:CLIENT",
+        help="where your AsyncClient lives, e.g. myapp.jobs:client",
+    )
+    worker.add_argument(
+        "--queue", action="append", default=[], metavar="NAME=MAX_WORKERS",
+        help="a queue and its concurrency (repeatable; default: every task's queue, 10 each)",
+    )
+    worker.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+                        help="seconds running jobs get to finish on shutdown")
+    worker.add_argument("--migrate", action="store_true", help="migrate before starting")
+    worker.set_defaults(run=_worker)
+
+    demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
+    _database_option(demo)
+    demo.add_argument("--jobs", type=int, default=300, help="how many jobs to enqueue")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url", metavar="URL",
+        help="PostgreSQL URL (default: AWA_DATABASE_URL, else a throwaway embedded server)",
+    )
+
+
+async def _migrate(options: argparse.Namespace) -> int:
+    async with AsyncClient(options.database_url) as client:
+        applied = await client.migrate()
+    print(f"applied migrations {applied}" if applied else "the schema is up to date")
+    return 0
+
+
+def load_client(target: str) -> AsyncClient:
+    """Imports ``module:attribute`` and checks it is an :class:`AsyncClient`."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"--app must look like module:client, got {target!r}")
+    module = importlib.import_module(module_name)
+    try:
+        client = getattr(module, attribute)
+    except AttributeError:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(client, AsyncClient):
+        raise ConfigurationError(f"{target} is a {type(client).__name__}, not an awa.AsyncClient")
+    return client
+
+
+def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:
+    if not specs:
+        return None
+    queues: dict[str, int] = {}
+    for spec in specs:
+        name, sep, count = spec.rpartition("=")
+        if not sep or not name or not count.isdigit():
+            raise ConfigurationError(f"--queue must look like NAME=MAX_WORKERS, got {spec!r}")
+        queues[name] = int(count)
+    return queues
+
+
+async def _worker(options: argparse.Namespace) -> int:
+    client = load_client(options.app)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # Windows
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        if options.migrate:
+            await client.migrate()
+        await client.start(parse_queues(options.queue))
+        await stop.wait()
+        log.info("stopping: running jobs get %.0fs to finish", options.shutdown_timeout)
+        await client.shutdown(timeout=options.shutdown_timeout)
+    finally:
+        await client.close()
+    return 0
+
+
+async def _demo(options: argparse.Namespace) -> int:
+    from awa import demo
+
+    return await demo.run(options.database_url, options.jobs)
