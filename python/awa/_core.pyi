@@ -75,15 +75,18 @@ def encode_json(value: object, field: str = "args") -> str:
 
     Accepts ``None``, ``bool``, ``int`` of any size, finite ``float`` (``1.0``
     stays ``1.0``), ``str``, ``list``, ``tuple``, ``dict`` with ``str`` keys,
-    pydantic models (through their own serializer, so aliases apply),
+    pydantic models (through their own serializer, by alias and in
+    round-trip mode, so ``model_validate_json`` reads them back),
     dataclasses, ``datetime``/``date``/``time`` (ISO 8601), ``UUID`` and
     ``Decimal`` (as strings) and enums (their value), nested to 256 levels.
 
     Raises :class:`awa.ValidationError` whose ``field`` is the path to the
     offending value (``args.items[2].name``) for NUL characters (in values or
     keys), NaN and infinities, lone surrogates, non-string keys, ``bytes``,
-    other types, and nesting that is too deep or refers to itself. Errors
-    raised by user code it calls (a pydantic serializer) propagate.
+    other types, and nesting that is too deep or refers to itself. A pydantic
+    serializer that fails is reported the same way, at the model's path;
+    errors raised by other user code it calls (a dataclass property)
+    propagate unchanged.
     """
 
 def decode_json(text: str) -> Any:
@@ -153,11 +156,11 @@ class InsertRows:
     ) -> None:
         """Checks every limit and appends one encoded job.
 
-        Limits: ``kind`` and ``queue`` are strings of 1–200 characters;
-        ``priority`` 1–4; ``max_attempts`` 1–1000; ``max_crashes`` 0–10 000 or
+        Limits: ``kind`` and ``queue`` are strings of 1-200 characters;
+        ``priority`` 1-4; ``max_attempts`` 1-1000; ``max_crashes`` 0-10 000 or
         ``None`` (unbounded); ``run_at_us`` (microseconds since the epoch,
-        UTC; ``None`` runs now) within the years 1–9999; ``tags`` a list of
-        at most 20 strings of 1–200 characters; ``args`` and ``metadata``
+        UTC; ``None`` runs now) within the years 1-9999; ``tags`` a list of
+        at most 20 strings of 1-200 characters; ``args`` and ``metadata``
         (``None``: none) encode, as by :func:`encode_json`, to JSON objects.
         Integers must be ``int`` (``bool`` is refused) and no text may hold a
         NUL character.

@@ -76,7 +76,7 @@ impl Encoder<'_> {
     }
 
     fn value(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeError> {
-        if depth > MAX_ENCODE_DEPTH {
+        if depth >= MAX_ENCODE_DEPTH {
             return Err(self.invalid(format!(
                 "is nested more than {MAX_ENCODE_DEPTH} levels deep (or refers to itself)"
             )));
@@ -216,7 +216,8 @@ impl Encoder<'_> {
             let Ok(key_text) = key.to_str() else {
                 return Err(self.invalid("has a key with a lone surrogate"));
             };
-            self.path.push(PathPart::Key(key_text.to_owned()));
+            // A NUL in a key is shown escaped in the error path.
+            self.path.push(PathPart::Key(key_text.replace('\0', "\\u0000")));
             self.writer
                 .string(key_text)
                 .map_err(|_| self.invalid("this key must not contain NUL characters"))?;

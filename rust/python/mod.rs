@@ -102,7 +102,7 @@ impl InsertRows {
         priority: &Bound<'_, PyAny>,
         max_attempts: &Bound<'_, PyAny>,
         max_crashes: Option<&Bound<'_, PyAny>>,
-        run_at_us: Option<i64>,
+        run_at_us: Option<&Bound<'_, PyAny>>,
         tags: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
         batch: bool,
@@ -129,9 +129,12 @@ impl InsertRows {
                     .map_err(&fail)?,
             ),
         };
-        if let Some(micros) = run_at_us {
-            payload::check_run_at(micros).map_err(&fail)?;
-        }
+        let run_at_us = match run_at_us {
+            None => None,
+            Some(value) => Some(
+                payload::check_run_at(int_field("run_at", value).map_err(&fail)?).map_err(&fail)?,
+            ),
+        };
         let tags = match tags {
             None => None,
             Some(value) => {

@@ -1,0 +1,126 @@
+"""Benchmarks of awa._core's hot paths; `make bench` times them.
+
+The normal suite runs them once, untimed (``--benchmark-disable``), so each
+one also checks its result and the benchmark code cannot rot.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pydantic
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from awa import _core
+
+NOW_US = 1_796_056_431_000_000  # 2026-11-30T16:33:51Z
+NOW_S = 1_000.0
+
+TYPICAL_ARGS: dict[str, Any] = {
+    "user_id": 123_456,
+    "email": "someone@example.com",
+    "subject": "Your order has shipped",
+    "order": {"id": "ord_9f8e7d", "total": 149.95, "currency": "EUR"},
+    "items": [{"sku": f"SKU-{i}", "quantity": i + 1} for i in range(5)],
+    "urgent": False,
+    "note": None,
+}
+
+
+class ShipmentEmail(pydantic.BaseModel):
+    user_id: int
+    email: str
+    subject: str
+    shipped_at: datetime.datetime
+    items: list[str]
+
+
+SHIPMENT = ShipmentEmail(
+    user_id=123_456,
+    email="someone@example.com",
+    subject="Your order has shipped",
+    shipped_at=datetime.datetime(2026, 11, 30, 16, 33, tzinfo=datetime.UTC),
+    items=[f"SKU-{i}" for i in range(5)],
+)
+
+
+def add_job(rows: _core.InsertRows, args: object) -> None:
+    rows.add(args, "send_email", "email", 2, 25, 5, None, ["shipping"], {"trace": "t"})
+
+
+def test_bench_encode_typical_args(benchmark: BenchmarkFixture) -> None:
+    encoded = benchmark(_core.encode_json, TYPICAL_ARGS)
+    assert _core.decode_json(encoded) == TYPICAL_ARGS
+
+
+def test_bench_encode_pydantic_model(benchmark: BenchmarkFixture) -> None:
+    encoded = benchmark(_core.encode_json, SHIPMENT)
+    assert ShipmentEmail.model_validate_json(encoded) == SHIPMENT
+
+
+def test_bench_decode_typical_args(benchmark: BenchmarkFixture) -> None:
+    text = _core.encode_json(TYPICAL_ARGS)
+    assert benchmark(_core.decode_json, text) == TYPICAL_ARGS
+
+
+def test_bench_insert_rows_add_one_job(benchmark: BenchmarkFixture) -> None:
+    def add_one() -> _core.InsertRows:
+        rows = _core.InsertRows(1)
+        add_job(rows, TYPICAL_ARGS)
+        return rows
+
+    rows = benchmark(add_one)
+    assert len(rows) == 1
+
+
+def test_bench_copy_text_for_1000_rows(benchmark: BenchmarkFixture) -> None:
+    rows = _core.InsertRows(1_000)
+    for _ in range(1_000):
+        add_job(rows, TYPICAL_ARGS)
+    text = benchmark(rows.copy_text, NOW_US)
+    lines = text.decode().splitlines()
+    assert len(lines) == 1_000
+    assert all(line.count("\t") == len(rows.copy_columns()) - 1 for line in lines)
+
+
+def test_bench_completion_batch_1000_outcomes(benchmark: BenchmarkFixture) -> None:
+    batch = _core.CompletionBatch(1_000, 0.001, 7)
+
+    def push_and_take() -> tuple[list[Any], ...]:
+        for job_id in range(1_000):
+            if job_id % 10 == 0:
+                batch.failed(job_id, 1, 1, 25, 0, "ValueError", "boom", "Traceback …", NOW_S)
+            else:
+                batch.completed(job_id, 1, NOW_S)
+        assert batch.is_due(NOW_S)
+        return batch.take()
+
+    ids, _leases, states, _delays, _refunds, errors = benchmark(push_and_take)
+    assert len(ids) == 1_000
+    assert states.count("retryable") == 100
+    assert sum(error is not None for error in errors) == 100
+    assert len(batch) == 0
+
+
+def test_bench_dispatch_cycle_for_100_jobs(benchmark: BenchmarkFixture) -> None:
+    dispatcher = _core.Dispatcher([("email", 50), ("default", 50)], claim_batch_max=100)
+
+    def cycle() -> int:
+        dispatcher.mark_all_ready()
+        plan = dispatcher.plan_claim()
+        assert plan is not None
+        queues, counts = plan
+        job_id = 0
+        for queue, count in zip(queues, counts, strict=True):
+            for _ in range(count):
+                job_id += 1
+                dispatcher.start(job_id, 1, queue)
+        dispatcher.settle_claim()
+        held = len(dispatcher)
+        for finished in range(1, job_id + 1):
+            dispatcher.finish(finished)
+        return held
+
+    assert benchmark(cycle) == 100
+    assert len(dispatcher) == 0

@@ -1,0 +1,118 @@
+"""Crash rescue: a worker killed with SIGKILL loses nothing, and a job that
+kills its worker every time ends failed with crash_loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tests.support import eventually, states, wait_for_state
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = 400
+
+COMPLETIONS_LEDGER = """
+CREATE TABLE IF NOT EXISTS test_runs (job_id bigint, run_lease bigint, worker text);
+CREATE TABLE IF NOT EXISTS test_completions (job_id bigint, run_lease bigint);
+CREATE OR REPLACE FUNCTION test_record_completion() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO test_completions VALUES (NEW.id, NEW.run_lease);
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER test_completion_ledger
+    AFTER UPDATE OF state ON awa.jobs
+    FOR EACH ROW WHEN (NEW.state = 'completed' AND OLD.state IS DISTINCT FROM 'completed')
+    EXECUTE FUNCTION test_record_completion();
+TRUNCATE test_runs, test_completions;
+"""
+
+
+@pytest.fixture
+async def ledger(conn):
+    """Side tables: every handler run, and every completion the database applied."""
+    await conn.execute(COMPLETIONS_LEDGER)
+    yield conn
+    await conn.execute(
+        "DROP TRIGGER test_completion_ledger ON awa.jobs; DROP TABLE test_runs, test_completions"
+    )
+
+
+async def spawn_worker(
+    database_url: str, name: str, *, mode: str = "normal", queue: str = "default"
+) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.acceptance.worker_process", database_url, name, mode, queue,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    if mode != "crash":  # a crashing worker may die before it says anything
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert line.strip() == b"started", line
+    return process
+
+
+async def stop_worker(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 30)
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_batch_loses_no_job_and_no_stale_attempt_completes(
+    client, ledger, database_url
+):
+    await client.enqueue_many_copy([{"n": i} for i in range(JOBS)], kind="crashy")
+    victim = await spawn_worker(database_url, "victim")
+    survivor = await spawn_worker(database_url, "survivor")
+    try:
+        # Kill the victim while it holds claimed, unfinished jobs.
+        async def victim_is_busy() -> bool:
+            return await ledger.fetchval("SELECT count(*) FROM test_runs WHERE worker = 'victim'") >= 20
+
+        await eventually(victim_is_busy)
+        victim.kill()
+        await victim.wait()
+        held = await ledger.fetchval(
+            "SELECT count(*) FROM awa.jobs WHERE state = 'running' AND worker_id NOT IN "
+            "(SELECT id FROM awa.workers WHERE pid = $1)", survivor.pid,
+        )
+
+        async def all_completed() -> bool:
+            return (await states(ledger)).get("completed", 0) == JOBS
+
+        await eventually(all_completed, timeout=60)
+    finally:
+        await stop_worker(survivor)
+
+    assert await states(ledger) == {"completed": JOBS}
+    # Exactly one completion was applied per job, by the attempt that owned it.
+    per_job = await ledger.fetch(
+        """SELECT jobs.id, jobs.run_lease, count(c.job_id) AS completions,
+                  max(c.run_lease) AS completed_lease
+           FROM awa.jobs LEFT JOIN test_completions c ON c.job_id = jobs.id
+           GROUP BY jobs.id"""
+    )
+    assert all(row["completions"] == 1 for row in per_job)
+    assert all(row["completed_lease"] == row["run_lease"] for row in per_job)
+    # Jobs the victim held were rescued: a crash counted, not a failure.
+    rescued = await ledger.fetch("SELECT id, crashes, attempt, errors FROM awa.jobs WHERE crashes > 0")
+    assert held > 0
+    assert len(rescued) >= 1
+    for row in rescued:
+        assert [entry["type"] for entry in json.loads(row["errors"])] == ["WorkerCrash"]
+        assert row["attempt"] == 2
+    # Every victim run that a later lease superseded belongs to a rescued job
+    # (a claimed job whose handler had not started yet left no run at all).
+    superseded = await ledger.fetch(
+        """SELECT r.job_id FROM test_runs r JOIN awa.jobs j ON j.id = r.job_id
+           WHERE r.worker = 'victim' AND r.run_lease < j.run_lease"""
+    )
+    assert {row["job_id"] for row in superseded} <= {row["id"] for row in rescued}

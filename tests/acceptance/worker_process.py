@@ -1,0 +1,56 @@
+"""A worker process for crash tests:
+``python -m tests.acceptance.worker_process URL NAME MODE QUEUE``.
+
+Each handler run is recorded in ``test_runs`` (job id, run lease, process
+name) before the handler sleeps briefly, so a test can kill the process
+while it holds jobs. MODE ``crash`` makes every handler kill its own
+process (a job that takes its worker down every time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import asyncpg
+
+import awa
+
+FAST = {
+    "poll_interval": 0.2,
+    "promote_interval": 0.05,
+    "rescue_interval": 0.1,
+    "heartbeat_interval": 0.1,
+    "heartbeat_staleness": 1.0,
+    "leader_election_interval": 0.1,
+}
+
+
+async def main(url: str, name: str, mode: str, queue: str) -> None:
+    recorder = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    client = awa.AsyncClient(url)
+
+    @client.task(dict, kind="crashy")
+    async def crashy(job: awa.Job[dict]) -> None:
+        await recorder.execute(
+            "INSERT INTO test_runs (job_id, run_lease, worker) VALUES ($1, $2, $3)",
+            job.id, job.run_lease, name,
+        )
+        if mode == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        await asyncio.sleep(0.05)
+
+    await client.start([(queue, 8)], **FAST)
+    print("started", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await client.shutdown(timeout=5)
+    await client.close()
+    await recorder.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))

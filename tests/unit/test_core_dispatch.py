@@ -1,0 +1,226 @@
+"""awa._core.Dispatcher: how many jobs to claim from which queue, and which
+jobs this worker holds.
+
+A claim is plan → start (once per job the database returned) → settle;
+finish frees a slot when a handler returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from awa import _core
+
+
+def claim(dispatcher: _core.Dispatcher, jobs: Iterable[tuple[int, str]]) -> list[bool]:
+    """One claim round: plan, start ``(job_id, queue)`` pairs, settle.
+
+    Returns what ``start`` said for each job. Leases are the job id * 10.
+    """
+    dispatcher.plan_claim()
+    started = [dispatcher.start(job_id, job_id * 10, queue) for job_id, queue in jobs]
+    dispatcher.settle_claim()
+    return started
+
+
+def fill(dispatcher: _core.Dispatcher, queue: str, first_id: int, count: int) -> None:
+    """Claims ``count`` jobs for ``queue`` with consecutive ids."""
+    started = claim(dispatcher, ((job_id, queue) for job_id in range(first_id, first_id + count)))
+    assert all(started)
+
+
+# ── planning ────────────────────────────────────────────────────────────
+
+
+def test_a_plan_reserves_free_slots_up_to_the_batch_size() -> None:
+    dispatcher = _core.Dispatcher([("email", 8), ("default", 32)], claim_batch_max=10)
+    assert dispatcher.plan_claim() == (["email", "default"], [8, 10])
+
+
+def test_planning_twice_without_settling_raises() -> None:
+    dispatcher = _core.Dispatcher([("q", 4)], 10)
+    dispatcher.plan_claim()
+    with pytest.raises(RuntimeError, match=r"settle_claim\(\) must be called"):
+        dispatcher.plan_claim()
+    dispatcher.settle_claim()
+    assert dispatcher.can_claim() is False  # the claim came back empty
+
+
+def test_settling_without_a_plan_changes_nothing() -> None:
+    dispatcher = _core.Dispatcher([("q", 4)], 10)
+    dispatcher.settle_claim()
+    assert dispatcher.plan_claim() == (["q"], [4])
+
+
+def test_an_empty_plan_is_none_and_needs_no_settling() -> None:
+    dispatcher = _core.Dispatcher([("q", 2)], 10)
+    fill(dispatcher, "q", 1, 2)
+    assert dispatcher.plan_claim() is None
+    assert dispatcher.plan_claim() is None
+
+
+def test_a_full_claim_keeps_the_queue_ready_for_the_rest() -> None:
+    dispatcher = _core.Dispatcher([("q", 25)], claim_batch_max=10)
+    fill(dispatcher, "q", 1, 10)
+    assert dispatcher.plan_claim() == (["q"], [10])
+    dispatcher.settle_claim()
+
+
+def test_the_global_cap_spans_queues() -> None:
+    dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=6)
+    assert dispatcher.plan_claim() == (["a", "b"], [5, 1])
+
+
+def test_the_global_cap_counts_running_jobs() -> None:
+    dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=3)
+    fill(dispatcher, "a", 1, 3)
+    assert dispatcher.can_claim() is False
+    assert dispatcher.plan_claim() is None
+    assert dispatcher.finish(2) is True
+    assert dispatcher.plan_claim() == (["a"], [1])
+    dispatcher.settle_claim()
+
+
+# ── starting jobs ───────────────────────────────────────────────────────
+
+
+def test_started_jobs_are_held_with_their_lease() -> None:
+    dispatcher = _core.Dispatcher([("email", 2), ("default", 2)], 10)
+    assert claim(dispatcher, [(1, "email"), (2, "default")]) == [True, True]
+    assert len(dispatcher) == 2
+    assert dispatcher.lease_of(1) == 10
+    assert dispatcher.lease_of(3) is None
+    ids, leases = dispatcher.held()
+    assert sorted(zip(ids, leases, strict=True)) == [(1, 10), (2, 20)]
+    assert dispatcher.running("email") == 1
+    assert dispatcher.running("default") == 1
+
+
+def test_a_job_beyond_the_plan_is_not_started() -> None:
+    dispatcher = _core.Dispatcher([("q", 2)], 10)
+    assert claim(dispatcher, [(1, "q"), (2, "q"), (3, "q")]) == [True, True, False]
+    assert dispatcher.lease_of(3) is None
+    assert dispatcher.running("q") == 2
+
+
+def test_a_job_already_held_is_not_started_twice() -> None:
+    dispatcher = _core.Dispatcher([("q", 3)], 10)
+    assert claim(dispatcher, [(1, "q"), (1, "q")]) == [True, False]
+    assert len(dispatcher) == 1
+
+
+def test_a_job_of_an_unserved_queue_is_not_started() -> None:
+    dispatcher = _core.Dispatcher([("q", 3)], 10)
+    assert claim(dispatcher, [(1, "elsewhere")]) == [False]
+    assert dispatcher.running("elsewhere") == 0
+    assert len(dispatcher) == 0
+
+
+def test_a_job_started_without_a_plan_is_refused() -> None:
+    dispatcher = _core.Dispatcher([("q", 3)], 10)
+    assert dispatcher.start(1, 1, "q") is False
+
+
+# ── settling ────────────────────────────────────────────────────────────
+
+
+def test_settling_gives_back_unused_reservations() -> None:
+    dispatcher = _core.Dispatcher([("q", 10)], 10)
+    fill(dispatcher, "q", 1, 3)
+    dispatcher.mark_ready("q")
+    assert dispatcher.plan_claim() == (["q"], [7])
+    dispatcher.settle_claim()
+
+
+def test_a_short_claim_marks_the_queue_empty_until_marked_ready() -> None:
+    dispatcher = _core.Dispatcher([("q", 10)], 10)
+    fill(dispatcher, "q", 1, 1)
+    assert dispatcher.can_claim() is False
+    assert dispatcher.plan_claim() is None
+    assert dispatcher.mark_ready("q") is True
+    assert dispatcher.can_claim() is True
+    assert dispatcher.plan_claim() == (["q"], [9])
+    dispatcher.settle_claim()
+
+
+def test_a_failed_claim_marks_every_planned_queue_empty() -> None:
+    dispatcher = _core.Dispatcher([("a", 2), ("b", 2)], 10)
+    assert claim(dispatcher, []) == []
+    assert dispatcher.can_claim() is False
+    dispatcher.mark_all_ready()
+    assert dispatcher.plan_claim() == (["a", "b"], [2, 2])
+    dispatcher.settle_claim()
+
+
+def test_marking_an_unserved_queue_ready_says_so() -> None:
+    dispatcher = _core.Dispatcher([("q", 1)], 1)
+    assert dispatcher.mark_ready("elsewhere") is False
+
+
+def test_only_the_short_queue_is_marked_empty() -> None:
+    dispatcher = _core.Dispatcher([("full", 2), ("short", 4)], 2)
+    claim(dispatcher, [(1, "full"), (2, "full"), (3, "short")])
+    assert dispatcher.plan_claim() is None  # "full" is at its limit, "short" drained
+    dispatcher.mark_ready("short")
+    assert dispatcher.plan_claim() == (["short"], [2])
+    dispatcher.settle_claim()
+
+
+# ── finishing ───────────────────────────────────────────────────────────
+
+
+def test_finishing_frees_the_slot_and_says_a_claim_could_take_it() -> None:
+    dispatcher = _core.Dispatcher([("q", 2)], 10)
+    fill(dispatcher, "q", 1, 2)
+    assert dispatcher.can_claim() is False
+    assert dispatcher.finish(1) is True
+    assert dispatcher.running("q") == 1
+    assert dispatcher.lease_of(1) is None
+    assert dispatcher.plan_claim() == (["q"], [1])
+    dispatcher.settle_claim()
+
+
+def test_finishing_in_a_drained_queue_says_no_claim_is_worth_it() -> None:
+    dispatcher = _core.Dispatcher([("q", 5)], 10)
+    fill(dispatcher, "q", 1, 2)  # short claim: the queue is drained
+    assert dispatcher.finish(1) is False
+
+
+def test_finishing_an_unknown_job_is_ignored() -> None:
+    dispatcher = _core.Dispatcher([("q", 2)], 10)
+    fill(dispatcher, "q", 1, 2)
+    dispatcher.finish(99)
+    dispatcher.finish(1)
+    dispatcher.finish(1)
+    assert dispatcher.running("q") == 1
+    assert len(dispatcher) == 1
+
+
+# ── configuration ───────────────────────────────────────────────────────
+
+
+def test_no_queues_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one queue"):
+        _core.Dispatcher([], 10)
+
+
+def test_a_queue_without_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match='queue "q": max_workers must be at least 1'):
+        _core.Dispatcher([("q", 0)], 10)
+
+
+def test_a_queue_listed_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match='queue "q" is listed twice'):
+        _core.Dispatcher([("q", 1), ("q", 2)], 10)
+
+
+def test_a_zero_claim_batch_is_refused() -> None:
+    with pytest.raises(ValueError, match="claim_batch_max must be at least 1"):
+        _core.Dispatcher([("q", 1)], 0)
+
+
+def test_a_zero_global_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="global_max_workers must be at least 1"):
+        _core.Dispatcher([("q", 1)], 10, global_max_workers=0)
