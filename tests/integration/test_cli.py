@@ -1,0 +1,82 @@
+"""The command line: migrate, worker --app, and their errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from awa.cli import load_client, parse_queues
+from awa.errors import ConfigurationError
+from tests.support import states, eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def run_awa(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "awa", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT, env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_migrate_command_reports_an_up_to_date_schema(database_url):
+    code, out, _ = await run_awa("migrate", "--database-url", database_url)
+    assert code == 0
+    assert out.strip() == "the schema is up to date"
+
+
+async def test_worker_command_runs_the_apps_tasks_until_sigterm(client, conn, database_url, tmp_path):
+    (tmp_path / "cli_app.py").write_text(textwrap.dedent(f"""
+        import awa
+        client = awa.AsyncClient({database_url!r})
+
+        @client.task(dict, kind="cli_job", queue="cli")
+        async def cli_job(job):
+            return None
+    """))
+    await client.insert_many([{}] * 5, kind="cli_job", queue="cli")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "awa", "worker", "--app", "cli_app:client", "--queue", "cli=2",
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async def done() -> bool:
+            return (await states(conn)).get("completed") == 5
+
+        await eventually(done, timeout=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
+    assert "worker" in err.decode() and "stopped" in err.decode()
+    assert await conn.fetchval("SELECT count(*) FROM awa.workers") == 0
+
+
+async def test_worker_command_explains_a_bad_app(database_url):
+    code, _, err = await run_awa("worker", "--app", "json:dumps")
+    assert code == 1
+    assert "not an awa.AsyncClient" in err
+
+
+def test_load_client_needs_module_and_attribute():
+    with pytest.raises(ConfigurationError):
+        load_client("no_colon_here")
+
+
+def test_queue_options_are_parsed_and_checked():
+    assert parse_queues(["email=8", "default=32"]) == {"email": 8, "default": 32}
+    assert parse_queues([]) is None
+    with pytest.raises(ConfigurationError):
+        parse_queues(["email"])
+    with pytest.raises(ConfigurationError):
+        parse_queues(["email=many"])

@@ -1,0 +1,168 @@
+"""Migrations: schema.sql equals all migrations applied; concurrent migrators
+are safe; an old schema gives a clear SchemaNotMigrated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+import awa
+from awa import sql
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Everything in schema `awa` a migration can create, in a comparable form.
+CATALOG_QUERIES = {
+    "columns": """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid), a.attidentity, a.attnum
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE n.nspname = 'awa' AND a.attnum > 0 AND NOT a.attisdropped
+          AND c.relkind IN ('r', 'p', 'v', 'm')
+        ORDER BY 1, a.attnum""",
+    "relations": """
+        SELECT c.relname, c.relkind, c.reloptions
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'awa' ORDER BY 1""",
+    "indexes": """
+        SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'awa' ORDER BY 1""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+        FROM pg_constraint WHERE connamespace = 'awa'::regnamespace ORDER BY 1, 2""",
+    "enums": """
+        SELECT t.typname, e.enumlabel, e.enumsortorder
+        FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid
+        WHERE t.typnamespace = 'awa'::regnamespace ORDER BY 1, 3""",
+    "functions": """
+        SELECT p.proname, pg_get_functiondef(p.oid)
+        FROM pg_proc p WHERE p.pronamespace = 'awa'::regnamespace ORDER BY 1""",
+    "triggers": """
+        SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid)
+        FROM pg_trigger WHERE NOT tgisinternal
+          AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'awa'::regnamespace)
+        ORDER BY 1, 2""",
+}
+
+
+async def catalog(url: str) -> dict[str, list[tuple]]:
+    connection = await asyncpg.connect(url)
+    try:
+        return {
+            name: [tuple(row) for row in await connection.fetch(query)]
+            for name, query in CATALOG_QUERIES.items()
+        }
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+async def fresh_database(server_url):
+    """Makes empty databases on the test server; drops them afterwards."""
+    made: list[str] = []
+    admin = await asyncpg.connect(server_url)
+
+    async def make() -> str:
+        name = f"awa_mig_{uuid.uuid4().hex[:10]}"
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_schema_sql_equals_all_migrations_applied(fresh_database):
+    migrated, declared = await fresh_database(), await fresh_database()
+    async with awa.AsyncClient(migrated) as client:
+        assert await client.migrate() == [m.version for m in sql.MIGRATIONS]
+    connection = await asyncpg.connect(declared)
+    try:
+        await connection.execute(sql.schema_sql())
+    finally:
+        await connection.close()
+    assert await catalog(migrated) == await catalog(declared)
+
+
+async def test_migrate_twice_applies_nothing_the_second_time(fresh_database):
+    url = await fresh_database()
+    async with awa.AsyncClient(url) as client:
+        assert await client.migrate() == [1]
+        assert await client.migrate() == []
+
+
+async def test_concurrent_migrators_apply_each_migration_once(fresh_database):
+    url = await fresh_database()
+    clients = [awa.AsyncClient(url) for _ in range(5)]
+    try:
+        results = await asyncio.gather(*(client.migrate() for client in clients))
+    finally:
+        for client in clients:
+            await client.close()
+    assert sorted(map(tuple, results)) == [(), (), (), (), (1,)]
+    connection = await asyncpg.connect(url)
+    try:
+        assert await connection.fetchval("SELECT count(*) FROM awa.schema_migrations") == 1
+    finally:
+        await connection.close()
+
+
+async def test_concurrent_migrate_commands_in_separate_processes(fresh_database):
+    url = await fresh_database()
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "awa", "migrate", "--database-url", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT, env={**os.environ},
+        )
+        for _ in range(3)
+    ]
+    outputs = [await process.communicate() for process in processes]
+    assert [process.returncode for process in processes] == [0, 0, 0]
+    messages = sorted(out.decode().strip() for out, _ in outputs)
+    assert messages == ["applied migrations [1]", "the schema is up to date", "the schema is up to date"]
+
+
+async def test_an_unmigrated_database_gives_a_clear_error(fresh_database):
+    url = await fresh_database()
+    async with awa.AsyncClient(url) as client:
+        @client.task(dict, kind="k")
+        async def handler(job):
+            return None
+
+        with pytest.raises(awa.SchemaNotMigrated) as raised:
+            await client.start()
+        assert "python -m awa migrate" in str(raised.value)
+        assert raised.value.found is None
+        with pytest.raises(awa.SchemaNotMigrated):
+            await client.insert({}, kind="k")
+
+
+async def test_an_older_schema_version_gives_a_clear_error(fresh_database):
+    url = await fresh_database()
+    async with awa.AsyncClient(url) as client:
+        await client.migrate()
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute("DELETE FROM awa.schema_migrations")
+        await connection.execute("INSERT INTO awa.schema_migrations (version, name) VALUES (0, 'old')")
+    finally:
+        await connection.close()
+    async with awa.AsyncClient(url) as client:
+        with pytest.raises(awa.SchemaNotMigrated) as raised:
+            await client.insert({}, kind="k")
+    assert raised.value.found == 0
+    assert raised.value.needed == sql.LATEST_VERSION
