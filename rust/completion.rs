@@ -131,7 +131,14 @@ impl CompletionBatch {
     /// attempt, so with none left the job fails. Returns the state chosen.
     pub fn retry_after(&mut self, at: Attempt, delay_s: f64, now: f64) -> JobState {
         if has_attempts_left(at.attempt, at.crashes, at.max_attempts) {
-            self.push(at, JobState::Retryable, Some(delay_s.max(0.0)), false, None, now);
+            self.push(
+                at,
+                JobState::Retryable,
+                Some(delay_s.max(0.0)),
+                false,
+                None,
+                now,
+            );
             JobState::Retryable
         } else {
             let report = ErrorReport {
@@ -148,7 +155,14 @@ impl CompletionBatch {
     /// The handler deferred itself: back to `scheduled` after `delay_s`,
     /// and the attempt is not consumed.
     pub fn snooze(&mut self, at: Attempt, delay_s: f64, now: f64) {
-        self.push(at, JobState::Scheduled, Some(delay_s.max(0.0)), true, None, now);
+        self.push(
+            at,
+            JobState::Scheduled,
+            Some(delay_s.max(0.0)),
+            true,
+            None,
+            now,
+        );
     }
 
     /// The handler cancelled the job.
@@ -175,7 +189,14 @@ impl CompletionBatch {
             let failures = u32::try_from(at.attempt - at.crashes).unwrap_or(1).max(1);
             let delay = backoff_s(failures, self.jitter.next_unit());
             let error = error_entry(&at, report, JobState::Retryable);
-            self.push(at, JobState::Retryable, Some(delay), false, Some(error), now);
+            self.push(
+                at,
+                JobState::Retryable,
+                Some(delay),
+                false,
+                Some(error),
+                now,
+            );
             JobState::Retryable
         } else {
             let error = error_entry(&at, report, JobState::Failed);
@@ -271,6 +292,7 @@ pub fn tail(text: &str, limit: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // the floats compared are exact by construction
 mod tests {
     use super::*;
 
@@ -296,13 +318,25 @@ mod tests {
     fn every_outcome_becomes_one_row() {
         let mut batch = CompletionBatch::new(100, 0.01, 1).unwrap();
         batch.completed(attempt(1, 1, 25), 0.0);
-        assert_eq!(batch.retry_after(attempt(2, 1, 25), 30.0, 0.0), JobState::Retryable);
+        assert_eq!(
+            batch.retry_after(attempt(2, 1, 25), 30.0, 0.0),
+            JobState::Retryable
+        );
         batch.snooze(attempt(3, 1, 25), 5.0, 0.0);
         batch.cancelled(attempt(4, 1, 25), "not needed", 0.0);
         batch.failed_terminal(attempt(5, 1, 25), &boom(), 0.0);
-        assert_eq!(batch.failed(attempt(6, 1, 25), &boom(), 0.0), JobState::Retryable);
-        assert_eq!(batch.failed(attempt(7, 25, 25), &boom(), 0.0), JobState::Failed);
-        assert_eq!(batch.retry_after(attempt(8, 3, 3), 1.0, 0.0), JobState::Failed);
+        assert_eq!(
+            batch.failed(attempt(6, 1, 25), &boom(), 0.0),
+            JobState::Retryable
+        );
+        assert_eq!(
+            batch.failed(attempt(7, 25, 25), &boom(), 0.0),
+            JobState::Failed
+        );
+        assert_eq!(
+            batch.retry_after(attempt(8, 3, 3), 1.0, 0.0),
+            JobState::Failed
+        );
 
         let columns = batch.take();
         assert_eq!(columns.ids, [1, 2, 3, 4, 5, 6, 7, 8]);
@@ -341,7 +375,10 @@ mod tests {
             max_attempts: 2,
             crashes: 2,
         };
-        assert_eq!(batch.failed(crashed_twice, &boom(), 0.0), JobState::Retryable);
+        assert_eq!(
+            batch.failed(crashed_twice, &boom(), 0.0),
+            JobState::Retryable
+        );
         let delay = batch.take().delays_s[0].unwrap();
         assert!((2.0..=2.5).contains(&delay), "one failure so far: {delay}");
     }

@@ -6,7 +6,7 @@
 //! cover escaping, NUL detection and number handling without an
 //! interpreter.
 //!
-//! PostgreSQL's `jsonb` refuses the NUL character (`\u0000`), so the writer
+//! `PostgreSQL`'s `jsonb` refuses the NUL character (`\u0000`), so the writer
 //! reports it instead of writing it, and [`find_nul`] locates one in JSON
 //! produced elsewhere (for example by pydantic).
 
@@ -185,8 +185,7 @@ pub trait Builder {
     fn float(&mut self, value: f64) -> Result<Self::Value, ParseError>;
     fn string(&mut self, value: &str) -> Result<Self::Value, ParseError>;
     fn array(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, ParseError>;
-    fn object(&mut self, entries: Vec<(String, Self::Value)>)
-        -> Result<Self::Value, ParseError>;
+    fn object(&mut self, entries: Vec<(String, Self::Value)>) -> Result<Self::Value, ParseError>;
     /// Called before a container's members are read (for path tracking).
     fn enter(&mut self, _key: Option<&str>, _index: Option<usize>) -> Result<(), ParseError> {
         Ok(())
@@ -275,7 +274,7 @@ impl Parser<'_> {
             entries.push((key, value));
             self.skip_whitespace();
             match self.next() {
-                Some(b',') => continue,
+                Some(b',') => {}
                 Some(b'}') => break,
                 _ => return Err(ParseError::Syntax(self.pos.saturating_sub(1))),
             }
@@ -302,7 +301,7 @@ impl Parser<'_> {
             items.push(item);
             self.skip_whitespace();
             match self.next() {
-                Some(b',') => continue,
+                Some(b',') => {}
                 Some(b']') => break,
                 _ => return Err(ParseError::Syntax(self.pos.saturating_sub(1))),
             }
@@ -529,6 +528,7 @@ impl Builder for NulFinder {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // the floats compared are exact by construction
 mod tests {
     use super::*;
 
@@ -618,13 +618,27 @@ mod tests {
 
     #[test]
     fn unicode_escapes_and_surrogate_pairs() {
-        assert_eq!(read(r#""\u00e9\ud83d\ude00""#).unwrap(), Tree::Str("é😀".into()));
+        assert_eq!(
+            read(r#""\u00e9\ud83d\ude00""#).unwrap(),
+            Tree::Str("é😀".into())
+        );
         assert!(read(r#""\ud83d""#).is_err());
     }
 
     #[test]
     fn malformed_documents_are_refused() {
-        for bad in ["", "{", "[1,]", "{\"a\" 1}", "01x", "tru", "\"a", "1 2", "-", "1."] {
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\" 1}",
+            "01x",
+            "tru",
+            "\"a",
+            "1 2",
+            "-",
+            "1.",
+        ] {
             assert!(read(bad).is_err(), "{bad:?} should not parse");
         }
     }

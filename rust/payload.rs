@@ -64,15 +64,20 @@ pub fn check_name(field: &str, value: &str) -> Result<(), Invalid> {
 }
 
 pub fn check_priority(value: i64) -> Result<i16, Invalid> {
-    in_range("priority", value, MIN_PRIORITY, MAX_PRIORITY).map(|v| v as i16)
+    in_range("priority", value, MIN_PRIORITY, MAX_PRIORITY).map(narrow)
 }
 
 pub fn check_max_attempts(value: i64) -> Result<i16, Invalid> {
-    in_range("max_attempts", value, MIN_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS).map(|v| v as i16)
+    in_range("max_attempts", value, MIN_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS).map(narrow)
 }
 
 pub fn check_max_crashes(value: i64) -> Result<i16, Invalid> {
-    in_range("max_crashes", value, 0, MAX_MAX_CRASHES).map(|v| v as i16)
+    in_range("max_crashes", value, 0, MAX_MAX_CRASHES).map(narrow)
+}
+
+/// A value already checked against a range that fits a smallint.
+fn narrow(value: i64) -> i16 {
+    i16::try_from(value).expect("range-checked to fit a smallint")
 }
 
 fn in_range(field: &str, value: i64, low: i64, high: i64) -> Result<i64, Invalid> {
@@ -155,7 +160,7 @@ pub fn derive_kind(class_name: &str) -> String {
     kind
 }
 
-/// Appends one field in PostgreSQL's COPY text format: backslash, tab,
+/// Appends one field in `PostgreSQL`'s COPY text format: backslash, tab,
 /// newline and carriage return are escaped.
 pub fn copy_field(out: &mut String, value: &str) {
     let mut start = 0;
@@ -197,7 +202,7 @@ pub fn text_array_literal(items: &[String]) -> String {
     literal
 }
 
-/// Formats microseconds since the epoch as an ISO timestamp PostgreSQL
+/// Formats microseconds since the epoch as an ISO timestamp `PostgreSQL`
 /// reads as UTC: `2026-11-30 16:33:51.123456+00`.
 pub fn format_timestamp_us(micros: i64) -> String {
     let seconds = micros.div_euclid(1_000_000);
@@ -225,12 +230,14 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
         (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
-    let month = if shifted_month < 10 {
+    let day = u32::try_from(day_of_year - (153 * shifted_month + 2) / 5 + 1)
+        .expect("a day of the month is 1 to 31");
+    let month = u32::try_from(if shifted_month < 10 {
         shifted_month + 3
     } else {
         shifted_month - 9
-    } as u32;
+    })
+    .expect("a month is 1 to 12");
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -262,7 +269,10 @@ mod tests {
         assert_eq!(check_name("kind", "").unwrap_err().field, "kind");
         assert!(check_name("queue", &"é".repeat(200)).is_ok());
         let long = check_name("queue", &"q".repeat(201)).unwrap_err();
-        assert_eq!(long.to_string(), "queue: must be at most 200 characters (got 201)");
+        assert_eq!(
+            long.to_string(),
+            "queue: must be at most 200 characters (got 201)"
+        );
         assert!(check_name("queue", "a\0b").is_err());
     }
 
@@ -290,7 +300,9 @@ mod tests {
         too_many.push("x".into());
         assert_eq!(check_tags(&too_many).unwrap_err().field, "tags");
         assert_eq!(
-            check_tags(&["ok".into(), "b\0ad".into()]).unwrap_err().field,
+            check_tags(&["ok".into(), "b\0ad".into()])
+                .unwrap_err()
+                .field,
             "tags[1]"
         );
         assert_eq!(check_tags(&[String::new()]).unwrap_err().field, "tags[0]");
@@ -302,7 +314,10 @@ mod tests {
         assert!(check_run_at(MIN_TIMESTAMP_US).is_ok());
         assert!(check_run_at(MAX_TIMESTAMP_US).is_ok());
         assert!(check_run_at(MIN_TIMESTAMP_US - 1).is_err());
-        assert_eq!(check_run_at(MAX_TIMESTAMP_US + 1).unwrap_err().field, "run_at");
+        assert_eq!(
+            check_run_at(MAX_TIMESTAMP_US + 1).unwrap_err().field,
+            "run_at"
+        );
     }
 
     #[test]
@@ -313,9 +328,18 @@ mod tests {
             "2026-11-30 16:33:51.123456+00"
         );
         assert_eq!(format_timestamp_us(-1), "1969-12-31 23:59:59.999999+00");
-        assert_eq!(format_timestamp_us(MIN_TIMESTAMP_US), "0001-01-01 00:00:00.000000+00");
-        assert_eq!(format_timestamp_us(MAX_TIMESTAMP_US), "9999-12-31 23:59:59.999999+00");
-        assert_eq!(format_timestamp_us(951_782_400_000_000), "2000-02-29 00:00:00.000000+00");
+        assert_eq!(
+            format_timestamp_us(MIN_TIMESTAMP_US),
+            "0001-01-01 00:00:00.000000+00"
+        );
+        assert_eq!(
+            format_timestamp_us(MAX_TIMESTAMP_US),
+            "9999-12-31 23:59:59.999999+00"
+        );
+        assert_eq!(
+            format_timestamp_us(951_782_400_000_000),
+            "2000-02-29 00:00:00.000000+00"
+        );
     }
 
     #[test]

@@ -40,7 +40,10 @@ pub fn plan_rescue(orphans: &[Orphan], reason: &str, jitter: &mut Jitter) -> Col
             );
             (JobState::Failed, None, message)
         } else {
-            let delay = backoff_s(crashes_after.max(1) as u32, jitter.next_unit());
+            let delay = backoff_s(
+                u32::try_from(crashes_after).unwrap_or(1).max(1),
+                jitter.next_unit(),
+            );
             (JobState::Retryable, Some(delay), reason.to_owned())
         };
         let attempt = Attempt {
@@ -60,12 +63,15 @@ pub fn plan_rescue(orphans: &[Orphan], reason: &str, jitter: &mut Jitter) -> Col
         columns.states.push(state.as_str());
         columns.delays_s.push(delay);
         columns.refunds.push(0);
-        columns.errors.push(Some(error_entry(&attempt, &report, state)));
+        columns
+            .errors
+            .push(Some(error_entry(&attempt, &report, state)));
     }
     columns
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // the floats compared are exact by construction
 mod tests {
     use super::*;
 
@@ -84,7 +90,11 @@ mod tests {
     fn crashes_retry_until_the_budget_is_spent() {
         let mut jitter = Jitter::new(3);
         let plan = plan_rescue(
-            &[orphan(1, 0, Some(5)), orphan(2, 5, Some(5)), orphan(3, 40, None)],
+            &[
+                orphan(1, 0, Some(5)),
+                orphan(2, 5, Some(5)),
+                orphan(3, 40, None),
+            ],
             "worker stopped heartbeating",
             &mut jitter,
         );

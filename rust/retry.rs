@@ -17,7 +17,8 @@ pub const JITTER_FRACTION: f64 = 0.25;
 /// 24 h. `unit` is a uniform sample in `[0, 1)`.
 pub fn backoff_s(failures: u32, unit: f64) -> f64 {
     // 2^17 s already exceeds the cap; clamping the exponent keeps powi exact.
-    let base = 2f64.powi(failures.min(17) as i32).min(MAX_BACKOFF_S);
+    let exponent = i32::try_from(failures.min(17)).expect("at most 17");
+    let base = 2f64.powi(exponent).min(MAX_BACKOFF_S);
     let jitter = base * JITTER_FRACTION * unit.clamp(0.0, 1.0);
     (base + jitter).min(MAX_BACKOFF_S)
 }
@@ -37,7 +38,7 @@ pub fn crash_budget_exhausted(crashes_after: i32, max_crashes: Option<i32>) -> b
     max_crashes.is_some_and(|limit| crashes_after > limit)
 }
 
-/// A small, fast, seedable generator for jitter (SplitMix64). Not for
+/// A small, fast, seedable generator for jitter (`SplitMix64`). Not for
 /// secrets; the seed comes from the Python layer, so the core reads no
 /// entropy source itself and tests are reproducible.
 #[derive(Clone, Debug)]
@@ -51,6 +52,7 @@ impl Jitter {
     }
 
     /// A uniform sample in `[0, 1)`.
+    #[allow(clippy::cast_precision_loss)] // 53-bit values are exact in an f64
     pub fn next_unit(&mut self) -> f64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -63,6 +65,7 @@ impl Jitter {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp, clippy::cast_precision_loss)] // exact by construction
 mod tests {
     use super::*;
 
@@ -75,7 +78,10 @@ mod tests {
 
     #[test]
     fn jitter_adds_at_most_a_quarter() {
-        assert_eq!(backoff_s(3, 0.999_999_999), 8.0 + 8.0 * 0.25 * 0.999_999_999);
+        assert_eq!(
+            backoff_s(3, 0.999_999_999),
+            8.0 + 8.0 * 0.25 * 0.999_999_999
+        );
         assert!(backoff_s(3, 1.0) <= 10.0);
     }
 

@@ -43,7 +43,9 @@ impl JobState {
     }
 
     pub fn parse(name: &str) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|state| state.as_str() == name)
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == name)
     }
 
     /// Terminal states are never left again by the worker paths.

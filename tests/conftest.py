@@ -18,7 +18,6 @@ import pytest
 import awa
 
 
-
 def _with_database(url: str, database: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{database}"))

@@ -1,14 +1,14 @@
 """awa: a PostgreSQL-backed background job queue for Python with a Rust core.
 
-    import awa
-    client = awa.AsyncClient("postgresql://…")
+import awa
+client = awa.AsyncClient("postgresql://…")
 
-    @client.task(SendEmail, queue="email")
-    async def send_email(job: awa.Job[SendEmail]) -> None: ...
+@client.task(SendEmail, queue="email")
+async def send_email(job: awa.Job[SendEmail]) -> None: ...
 
-    await client.migrate()
-    await client.insert(SendEmail(to="a@b.c"))
-    await client.start([("email", 8)])
+await client.migrate()
+await client.insert(SendEmail(to="a@b.c"))
+await client.start([("email", 8)])
 """
 
 from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient

@@ -46,15 +46,24 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a worker until SIGINT or SIGTERM")
     worker.add_argument(
-        "--app", required=True, metavar="MODULE:CLIENT",
+        "--app",
+        required=True,
+        metavar="MODULE:CLIENT",
         help="where your AsyncClient lives, e.g. myapp.jobs:client",
     )
     worker.add_argument(
-        "--queue", action="append", default=[], metavar="NAME=MAX_WORKERS",
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME=MAX_WORKERS",
         help="a queue and its concurrency (repeatable; default: every task's queue, 10 each)",
     )
-    worker.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
-                        help="seconds running jobs get to finish on shutdown")
+    worker.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="seconds running jobs get to finish on shutdown",
+    )
     worker.add_argument("--migrate", action="store_true", help="migrate before starting")
     worker.set_defaults(run=_worker)
 
@@ -67,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _database_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--database-url", metavar="URL",
+        "--database-url",
+        metavar="URL",
         help="PostgreSQL URL (default: AWA_DATABASE_URL, else a throwaway embedded server)",
     )
 

@@ -7,7 +7,7 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncpg
@@ -25,6 +25,7 @@ log = logging.getLogger("awa.client")
 
 T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+R = TypeVar("R")
 
 DEFAULT_PRIORITY: Final = 2
 DEFAULT_MAX_ATTEMPTS: Final = 25
@@ -58,9 +59,14 @@ class AsyncClient:
     ) -> None:
         if url is not None and pool is not None:
             raise ConfigurationError("give a database url or a pool, not both")
-        if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 4:
+        if (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 4
+        ):
             raise ConfigurationError(
-                f"max_connections must be an integer >= 4 (a worker holds 3), got {max_connections!r}"
+                "max_connections must be an integer >= 4 (a worker holds 3), "
+                f"got {max_connections!r}"
             )
         self._url = url
         self._pool = pool
@@ -168,8 +174,19 @@ class AsyncClient:
         ``timedelta`` is counted from now.
         """
         rows = _core.InsertRows(1)
-        self._add(rows, args, kind, queue, priority, max_attempts, max_crashes, run_at, tags,
-                  metadata, batch=False)
+        self._add(
+            rows,
+            args,
+            kind,
+            queue,
+            priority,
+            max_attempts,
+            max_crashes,
+            run_at,
+            tags,
+            metadata,
+            batch=False,
+        )
         kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas = (
             rows.columns()
         )
@@ -177,8 +194,15 @@ class AsyncClient:
         await db.require_schema(connection)
         row = await db.fetchrow(
             "jobs_insert",
-            kinds[0], queues[0], encoded[0], priorities[0], attempts[0], crashes[0],
-            tag_lits[0], run_ats[0], metas[0],
+            kinds[0],
+            queues[0],
+            encoded[0],
+            priorities[0],
+            attempts[0],
+            crashes[0],
+            tag_lits[0],
+            run_ats[0],
+            metas[0],
             connection=connection,
         )
         return self._job(row)
@@ -204,8 +228,9 @@ class AsyncClient:
         keywords) overrides them for ``jobs[i]``. Validation is all or
         nothing: one bad job raises before anything is written.
         """
-        rows = self._rows(jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags,
-                          metadata, opts)
+        rows = self._rows(
+            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+        )
         if not len(rows):
             return []
         db = await self._database()
@@ -234,8 +259,9 @@ class AsyncClient:
         reading the rows back. Whether a job with ``run_at`` starts
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
-        rows = self._rows(jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags,
-                          metadata, opts)
+        rows = self._rows(
+            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+        )
         if not len(rows):
             return []
         db = await self._database()
@@ -265,8 +291,9 @@ class AsyncClient:
         connection: asyncpg.Connection | None = None,
     ) -> int:
         """The fastest bulk insert: COPY, returning only how many jobs were written."""
-        rows = self._rows(jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags,
-                          metadata, opts)
+        rows = self._rows(
+            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+        )
         if not len(rows):
             return 0
         db = await self._database()
@@ -289,8 +316,8 @@ class AsyncClient:
 
     @staticmethod
     async def _in_transaction(
-        db: Database, connection: asyncpg.Connection | None, write: Callable[[Any], Any]
-    ) -> Any:
+        db: Database, connection: asyncpg.Connection | None, write: Callable[[Any], Awaitable[R]]
+    ) -> R:
         if connection is not None:
             async with connection.transaction():
                 return await write(connection)
@@ -317,8 +344,14 @@ class AsyncClient:
                 f"opts: needs one entry per job ({len(opts)} for {len(jobs)} jobs)", "opts"
             )
         defaults = {
-            "kind": kind, "queue": queue, "priority": priority, "max_attempts": max_attempts,
-            "max_crashes": max_crashes, "run_at": run_at, "tags": tags, "metadata": metadata,
+            "kind": kind,
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "max_crashes": max_crashes,
+            "run_at": run_at,
+            "tags": tags,
+            "metadata": metadata,
         }
         rows = _core.InsertRows(len(jobs))
         for index, args in enumerate(jobs):
@@ -350,8 +383,18 @@ class AsyncClient:
         batch: bool,
     ) -> None:
         kind, queue = self._registry.resolve(args, kind, queue)
-        rows.add(args, kind, queue, priority, max_attempts, max_crashes, _run_at_us(run_at),
-                 tags, metadata, batch)
+        rows.add(
+            args,
+            kind,
+            queue,
+            priority,
+            max_attempts,
+            max_crashes,
+            _run_at_us(run_at),
+            tags,
+            metadata,
+            batch,
+        )
 
     def _job(self, row: Any) -> Job[Any]:
         task = self._registry.by_kind.get(row["kind"])
@@ -383,9 +426,17 @@ class AsyncClient:
                 state = JobState(state)
             except ValueError:
                 names = ", ".join(s.value for s in JobState)
-                raise ValidationError(f"state: must be one of {names} (got {state!r})", "state") from None
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise ValidationError(f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit")
+                raise ValidationError(
+                    f"state: must be one of {names} (got {state!r})", "state"
+                ) from None
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_LIST_LIMIT
+        ):
+            raise ValidationError(
+                f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit"
+            )
         db = await self._database()
         rows = await db.fetch("jobs_list", state and state.value, queue, kind, limit)
         return [self._job(row) for row in rows]
@@ -393,7 +444,9 @@ class AsyncClient:
     async def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (states with none are omitted)."""
         db = await self._database()
-        return {JobState(row["state"]): row["count"] for row in await db.fetch("jobs_count_by_state")}
+        return {
+            JobState(row["state"]): row["count"] for row in await db.fetch("jobs_count_by_state")
+        }
 
     # ── the worker ──────────────────────────────────────────────────────
 
@@ -483,4 +536,3 @@ def _run_at_us(run_at: Any) -> int | None:
 
 
 _INT64_MAX: Final = 2**63 - 1
-

@@ -83,7 +83,10 @@ class Completer:
                 delay = min(MAX_RETRY_DELAY_S, 0.05 * 2**failures)
                 log.warning(
                     "writing %d outcomes failed (%s: %s); retrying in %.2fs",
-                    len(columns[0]), type(error).__name__, error, delay,
+                    len(columns[0]),
+                    type(error).__name__,
+                    error,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 connection = await self._replace_if_closed(connection)

@@ -52,7 +52,9 @@ class WorkerConfig:
             if field.type in ("int", "int | None"):
                 _require_positive_int(field.name, value)
             else:
-                _require_positive_seconds(field.name, value, allow_zero=field.name == "flush_interval")
+                _require_positive_seconds(
+                    field.name, value, allow_zero=field.name == "flush_interval"
+                )
         if self.heartbeat_staleness <= self.heartbeat_interval:
             raise ConfigurationError(
                 "heartbeat_staleness must be longer than heartbeat_interval "
@@ -70,7 +72,7 @@ def normalize_queues(
 ) -> tuple[tuple[str, int], ...]:
     """Accepts ``[("email", 8)]``, ``{"email": 8}`` or ``[{"name": "email", "max_workers": 8}]``."""
     if isinstance(queues, Mapping):
-        pairs = list(queues.items())
+        pairs: list[tuple[Any, Any]] = list(queues.items())
     else:
         pairs = []
         for entry in queues:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import asyncpg
 
 from awa import sql
 from awa.errors import SchemaNotMigrated
 
-Connection = asyncpg.Connection
-Record = asyncpg.Record
+# asyncpg is untyped: its connections and records are plain `Any` to mypy.
+Connection: TypeAlias = Any
+Record: TypeAlias = Any
 
 # Errors after which retrying on a fresh connection can succeed.
 TRANSIENT_ERRORS: Final = (
@@ -98,9 +99,7 @@ class Database:
         async with self.pool.acquire() as pooled:
             return await self.statement(name).execute(pooled, *args)
 
-    async def copy_jobs(
-        self, connection: Any, columns: Sequence[str], rows_text: bytes
-    ) -> None:
+    async def copy_jobs(self, connection: Any, columns: Sequence[str], rows_text: bytes) -> None:
         """COPY rows (PostgreSQL text format) into ``awa.jobs``."""
         await connection.copy_to_table(
             "jobs", schema_name="awa", columns=list(columns), source=_Chunks(rows_text)

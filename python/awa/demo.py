@@ -16,6 +16,7 @@ import hashlib
 import time
 import uuid
 from collections import defaultdict
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -91,7 +92,7 @@ def build_client(url: str | None) -> awa.AsyncClient:
 
 
 async def enqueue(client: awa.AsyncClient, count: int, tag: str) -> int:
-    options = {"tags": [tag]}
+    options: dict[str, Any] = {"tags": [tag]}
     emails = [
         SendEmail(to=f"{'flaky' if i % 10 == 0 else 'user'}{i}@example.com", subject="Welcome")
         for i in range(count // 3)
@@ -115,14 +116,19 @@ async def show_transactional_enqueue(client: awa.AsyncClient, tag: str) -> None:
     async with db.pool.acquire() as connection:
         try:
             async with connection.transaction():
-                await client.insert(SendEmail(to="ghost@example.com", subject="never sent"),
-                                    tags=[tag], connection=connection)
+                await client.insert(
+                    SendEmail(to="ghost@example.com", subject="never sent"),
+                    tags=[tag],
+                    connection=connection,
+                )
                 raise RuntimeError("the signup failed, so its welcome email must not exist")
         except RuntimeError as error:
             print(f"  rolled back with the caller's transaction: {error}")
 
 
-async def wait_until_settled(client: awa.AsyncClient, tag: str, expected: int) -> dict:
+async def wait_until_settled(
+    client: awa.AsyncClient, tag: str, expected: int
+) -> dict[str, dict[str, int]]:
     db = await client._database()
     deadline = time.monotonic() + DEMO_TIMEOUT_S
     while True:
@@ -131,7 +137,9 @@ async def wait_until_settled(client: awa.AsyncClient, tag: str, expected: int) -
         for row in rows:
             summary[row["kind"]][row["state"]] = row["count"]
         settled = sum(
-            count for kinds in summary.values() for state, count in kinds.items()
+            count
+            for kinds in summary.values()
+            for state, count in kinds.items()
             if JobState(state) in SETTLED
         )
         if settled >= expected or time.monotonic() > deadline:
@@ -139,7 +147,7 @@ async def wait_until_settled(client: awa.AsyncClient, tag: str, expected: int) -
         await asyncio.sleep(0.1)
 
 
-def print_summary(summary: dict, elapsed_s: float) -> None:
+def print_summary(summary: dict[str, dict[str, int]], elapsed_s: float) -> None:
     states = [state.value for state in JobState if any(state.value in k for k in summary.values())]
     width = max(len(kind) for kind in summary) + 2
     print()
@@ -148,8 +156,11 @@ def print_summary(summary: dict, elapsed_s: float) -> None:
     for kind, counts in sorted(summary.items()):
         row_total = sum(counts.values())
         total += row_total
-        print(kind.ljust(width) + "".join(str(counts.get(s, 0)).rjust(11) for s in states)
-              + str(row_total).rjust(11))
+        print(
+            kind.ljust(width)
+            + "".join(str(counts.get(s, 0)).rjust(11) for s in states)
+            + str(row_total).rjust(11)
+        )
     print(f"\n{total} jobs settled in {elapsed_s:.1f}s")
 
 
@@ -163,16 +174,23 @@ async def run(url: str | None, count: int) -> int:
         print(f"awa demo on {client.database_url or 'your pool'}")
         started = time.monotonic()
         expected = await enqueue(client, count, tag)
-        print(f"  enqueued {expected} jobs of 5 kinds (unnest and COPY inserts, some scheduled 1s ahead)")
+        print(
+            f"  enqueued {expected} jobs of 5 kinds "
+            "(unnest and COPY inserts, some scheduled 1s ahead)"
+        )
         await show_transactional_enqueue(client, tag)
         await client.start(
             [("email", 16), ("default", 16), ("payments", 4)],
-            promote_interval=0.1, poll_interval=0.5,
+            promote_interval=0.1,
+            poll_interval=0.5,
         )
         summary = await wait_until_settled(client, tag, expected)
         print_summary(summary, time.monotonic() - started)
         unsettled = sum(
-            n for counts in summary.values() for s, n in counts.items() if JobState(s) not in SETTLED
+            n
+            for counts in summary.values()
+            for s, n in counts.items()
+            if JobState(s) not in SETTLED
         )
         return 1 if unsettled else 0
     finally:

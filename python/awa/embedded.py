@@ -423,7 +423,7 @@ class _SpawnerThread:
             start, done = self._requests.get()
             try:
                 done.set_result(start())
-            except BaseException as exc:  # handed back to the caller
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
                 done.set_exception(exc)
 
 

@@ -90,7 +90,7 @@ class Executor:
             self._record_error(job, asyncio.CancelledError("the handler was cancelled"))
         except TerminalError as error:
             self._record_terminal(job, error)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - any other exception is a retryable failure
             self._record_error(job, error)
         else:
             self._record_result(job, result)
@@ -117,8 +117,13 @@ class Executor:
             batch.completed(job.id, job.run_lease, now)
         elif isinstance(result, RetryAfter):
             batch.retry_after(
-                job.id, job.run_lease, job.attempt, job.max_attempts, job.crashes,
-                result.seconds, now,
+                job.id,
+                job.run_lease,
+                job.attempt,
+                job.max_attempts,
+                job.crashes,
+                result.seconds,
+                now,
             )
         elif isinstance(result, Snooze):
             batch.snooze(job.id, job.run_lease, result.seconds, now)
@@ -137,14 +142,26 @@ class Executor:
 
     def _record_terminal(self, job: Job[Any], error: BaseException) -> None:
         self._batch.failed_terminal(
-            job.id, job.run_lease, job.attempt, type(error).__name__, str(error),
-            _traceback_tail(error), time.monotonic(),
+            job.id,
+            job.run_lease,
+            job.attempt,
+            type(error).__name__,
+            str(error),
+            _traceback_tail(error),
+            time.monotonic(),
         )
 
     def _record_error(self, job: Job[Any], error: BaseException) -> None:
         self._batch.failed(
-            job.id, job.run_lease, job.attempt, job.max_attempts, job.crashes,
-            type(error).__name__, str(error), _traceback_tail(error), time.monotonic(),
+            job.id,
+            job.run_lease,
+            job.attempt,
+            job.max_attempts,
+            job.crashes,
+            type(error).__name__,
+            str(error),
+            _traceback_tail(error),
+            time.monotonic(),
         )
 
     def _finish(self, job: Job[Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from awa._events import wait_for_event
 from awa.db import Database
 
 log = logging.getLogger("awa.heartbeat")
@@ -22,7 +23,12 @@ log = logging.getLogger("awa.heartbeat")
 
 class Heartbeat:
     def __init__(
-        self, db: Database, worker_id: int, hostname: str, pid: int, queues: list[str],
+        self,
+        db: Database,
+        worker_id: int,
+        hostname: str,
+        pid: int,
+        queues: list[str],
         interval_s: float,
     ) -> None:
         self._db = db
@@ -36,12 +42,7 @@ class Heartbeat:
         self._stop.set()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self._interval_s)
-                return
-            except TimeoutError:
-                pass
+        while not await wait_for_event(self._stop, self._interval_s):
             try:
                 await self.beat()
             except Exception as error:  # noqa: BLE001 - a missed beat must not end the loop

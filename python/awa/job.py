@@ -107,6 +107,13 @@ class Job(Generic[T]):
     attempted_at: datetime.datetime | None
     finalized_at: datetime.datetime | None
     tags: list[str]
+    _args_json: str
+    _metadata_json: str | None
+    _errors_json: str | None
+    _decode_args: ArgsDecoder
+    _args: Any
+    _metadata: Any
+    _errors: Any
 
     @classmethod
     def from_row(cls, row: Any, decode_args: ArgsDecoder | None = None) -> Job[Any]:
@@ -146,7 +153,7 @@ class Job(Generic[T]):
     @property
     def args_json(self) -> str:
         """The arguments exactly as stored (compact JSON text)."""
-        return self._args_json  # type: ignore[no-any-return]
+        return self._args_json
 
     @property
     def metadata(self) -> dict[str, Any]:

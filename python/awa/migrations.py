@@ -34,7 +34,8 @@ async def _migrate_locked(db: Database, connection: Any) -> list[int]:
     try:
         await db.execute("schema_migrations_bootstrap", connection=connection)
         applied = {
-            row["version"] for row in await db.fetch("schema_migrations_applied", connection=connection)
+            row["version"]
+            for row in await db.fetch("schema_migrations_applied", connection=connection)
         }
         newly_applied = []
         for migration in sql.MIGRATIONS:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from awa._events import wait_for_event
 from awa.db import TRANSIENT_ERRORS, Database
 
 log = logging.getLogger("awa.notifier")
@@ -46,10 +47,7 @@ class Notifier:
                 failures += 1
                 delay = min(MAX_RETRY_DELAY_S, 0.1 * 2**failures)
                 log.warning("listening failed (%s); retrying in %.1fs", error, delay)
-                try:
-                    await asyncio.wait_for(self._stop.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
+                await wait_for_event(self._stop, delay)
 
     async def _listen_until_stopped_or_lost(self) -> None:
         lost = asyncio.Event()

@@ -13,7 +13,9 @@ from awa.errors import ValidationError
 
 def _seconds(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"{what}: seconds must be a number (got {type(value).__name__})", what)
+        raise ValidationError(
+            f"{what}: seconds must be a number (got {type(value).__name__})", what
+        )
     if not math.isfinite(value) or value < 0:
         raise ValidationError(f"{what}: seconds must be finite and >= 0 (got {value})", what)
     return float(value)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from awa import _core
+from awa._events import wait_for_event
 from awa.db import TRANSIENT_ERRORS, Database
 
 log = logging.getLogger("awa.producer")
@@ -75,8 +76,13 @@ class Producer:
                 failures += 1
                 delay = min(MAX_RETRY_DELAY_S, 0.1 * 2**failures)
                 level = logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
-                log.log(level, "claiming failed (%s: %s); retrying in %.1fs",
-                        type(error).__name__, error, delay)
+                log.log(
+                    level,
+                    "claiming failed (%s: %s); retrying in %.1fs",
+                    type(error).__name__,
+                    error,
+                    delay,
+                )
                 await self._sleep_unless_stopped(delay)
 
     async def _claim_loop(self, connection: Any) -> None:
@@ -103,14 +109,8 @@ class Producer:
         self._wake.clear()
         if self._stopping or self._dispatcher.can_claim():
             return
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout_s, 0.0))
-        except TimeoutError:
-            pass
+        await wait_for_event(self._wake, timeout_s)
 
     async def _sleep_unless_stopped(self, delay_s: float) -> None:
         self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=delay_s)
-        except TimeoutError:
-            pass
+        await wait_for_event(self._wake, delay_s)

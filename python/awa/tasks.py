@@ -59,9 +59,7 @@ class Registry:
         self.by_kind: dict[str, Task] = {}
         self._by_type: dict[Any, Task | None] = {}
 
-    def register(
-        self, args_type: Any, handler: Handler, *, kind: str | None, queue: str
-    ) -> Task:
+    def register(self, args_type: Any, handler: Handler, *, kind: str | None, queue: str) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
                 raise ConfigurationError(

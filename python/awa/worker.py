@@ -89,7 +89,9 @@ class Worker:
         self._spawn("producer", self.producer.run())
         log.info(
             "worker %d started on %s pid %d: %s",
-            self.worker_id, hostname, pid,
+            self.worker_id,
+            hostname,
+            pid,
             ", ".join(f"{name}×{slots}" for name, slots in config.queues),
         )
 
@@ -129,7 +131,10 @@ class Worker:
             log.warning("could not remove worker row %s (%s)", self.worker_id, error)
         log.info(
             "worker %d stopped: %d jobs run, %d outcomes written, %d stale",
-            self.worker_id, self.executor.finished, self.completer.applied, self.completer.stale,
+            self.worker_id,
+            self.executor.finished,
+            self.completer.applied,
+            self.completer.stale,
         )
 
     async def _await_service(self, name: str, timeout_s: float) -> None:
@@ -151,8 +156,9 @@ class Worker:
                 self.db.fetchrow("jobs_release", ids, leases), FINAL_WRITE_TIMEOUT_S
             )
         except Exception as error:  # noqa: BLE001 - the rescuer returns them instead
-            log.warning("could not release %d jobs at shutdown (%s); they will be rescued",
-                        len(ids), error)
+            log.warning(
+                "could not release %d jobs at shutdown (%s); they will be rescued", len(ids), error
+            )
             return
         released = row["released"] if row is not None else 0
         log.info("released %d interrupted jobs at shutdown", released)

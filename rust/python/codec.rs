@@ -10,9 +10,7 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{
-    PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
-};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::json::{self, Builder, JsonWriter, ParseError, PathPart};
 use crate::payload::{check_json_has_no_nul, Invalid};
@@ -72,7 +70,10 @@ struct Encoder<'r> {
 
 impl Encoder<'_> {
     fn invalid(&self, message: impl Into<String>) -> EncodeError {
-        EncodeError::Invalid(Invalid::new(json::render_path(self.root, &self.path), message))
+        EncodeError::Invalid(Invalid::new(
+            json::render_path(self.root, &self.path),
+            message,
+        ))
     }
 
     fn value(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeError> {
@@ -145,7 +146,9 @@ impl Encoder<'_> {
         {
             return self.pydantic_model(value);
         }
-        if value.get_type().hasattr(pyo3::intern!(py, "__dataclass_fields__"))?
+        if value
+            .get_type()
+            .hasattr(pyo3::intern!(py, "__dataclass_fields__"))?
             && !value.is_instance_of::<PyType>()
         {
             return self.dataclass(value, depth);
@@ -158,7 +161,9 @@ impl Encoder<'_> {
             let iso = value.call_method0(pyo3::intern!(py, "isoformat"))?;
             return self.string(iso.cast::<PyString>().map_err(PyErr::from)?);
         }
-        if is_instance(value, &UUID, "uuid", "UUID")? || is_instance(value, &DECIMAL, "decimal", "Decimal")? {
+        if is_instance(value, &UUID, "uuid", "UUID")?
+            || is_instance(value, &DECIMAL, "decimal", "Decimal")?
+        {
             let text = value.str()?;
             return self.string(&text);
         }
@@ -197,7 +202,9 @@ impl Encoder<'_> {
         if self.writer.f64(value) {
             Ok(())
         } else {
-            Err(self.invalid(format!("{value} cannot be stored as JSON (NaN and infinities are not numbers in JSON)")))
+            Err(self.invalid(format!(
+                "{value} cannot be stored as JSON (NaN and infinities are not numbers in JSON)"
+            )))
         }
     }
 
@@ -217,7 +224,8 @@ impl Encoder<'_> {
                 return Err(self.invalid("has a key with a lone surrogate"));
             };
             // A NUL in a key is shown escaped in the error path.
-            self.path.push(PathPart::Key(key_text.replace('\0', "\\u0000")));
+            self.path
+                .push(PathPart::Key(key_text.replace('\0', "\\u0000")));
             self.writer
                 .string(key_text)
                 .map_err(|_| self.invalid("this key must not contain NUL characters"))?;
@@ -256,15 +264,16 @@ impl Encoder<'_> {
         let options = PyDict::new(py);
         options.set_item(pyo3::intern!(py, "by_alias"), true)?;
         options.set_item(pyo3::intern!(py, "round_trip"), true)?;
-        let json = match serializer.call_method(pyo3::intern!(py, "to_json"), (model,), Some(&options)) {
-            Ok(json) => json,
-            Err(err) => {
-                return Err(self.invalid(format!(
-                    "could not be serialized by pydantic: {}",
-                    err.value(py)
-                )))
-            }
-        };
+        let json =
+            match serializer.call_method(pyo3::intern!(py, "to_json"), (model,), Some(&options)) {
+                Ok(json) => json,
+                Err(err) => {
+                    return Err(self.invalid(format!(
+                        "could not be serialized by pydantic: {}",
+                        err.value(py)
+                    )))
+                }
+            };
         let bytes = json.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes();
         let text = std::str::from_utf8(bytes)
             .map_err(|_| self.invalid("pydantic produced JSON that is not UTF-8"))?;
@@ -290,7 +299,11 @@ impl Encoder<'_> {
         for (index, field) in fields.try_iter()?.enumerate() {
             let field = field?;
             let name = field.getattr(pyo3::intern!(py, "name"))?;
-            let name_text = name.cast::<PyString>().map_err(PyErr::from)?.to_str()?.to_owned();
+            let name_text = name
+                .cast::<PyString>()
+                .map_err(PyErr::from)?
+                .to_str()?
+                .to_owned();
             let item = instance.getattr(name.cast::<PyString>().map_err(PyErr::from)?)?;
             if index > 0 {
                 self.writer.comma();
@@ -373,7 +386,7 @@ struct PyBuilder<'py> {
     error: Option<PyErr>,
 }
 
-impl<'py> PyBuilder<'py> {
+impl PyBuilder<'_> {
     fn keep<T>(&mut self, result: PyResult<T>) -> Result<T, ParseError> {
         result.map_err(|err| {
             self.error = Some(err);
@@ -397,10 +410,7 @@ impl<'py> Builder for PyBuilder<'py> {
     }
     fn big_int(&mut self, digits: &str) -> Result<Self::Value, ParseError> {
         let py = self.py;
-        let result = py
-            .get_type::<PyInt>()
-            .call1((digits,))
-            .map(Bound::into_any);
+        let result = py.get_type::<PyInt>().call1((digits,)).map(Bound::into_any);
         self.keep(result)
     }
     fn float(&mut self, value: f64) -> Result<Self::Value, ParseError> {

@@ -1,4 +1,8 @@
-//! The `awa._core` extension module: the only place that speaks PyO3.
+//! The `awa._core` extension module: the only place that speaks `PyO3`.
+//!
+//! `PyO3` hands arguments over by value (`Vec<T>` from Python lists), hence
+//! the `needless_pass_by_value` allowance on this module.
+#![allow(clippy::needless_pass_by_value)]
 //!
 //! Every class and function here is a thin wrapper over the pure modules of
 //! the crate; `python/awa/_core.pyi` documents them for Python readers.
@@ -171,8 +175,8 @@ impl InsertRows {
     }
 
     /// One list per column, for `INSERT … SELECT … FROM unnest(...)`:
-    /// kinds, queues, args, priorities, max_attempts, max_crashes,
-    /// run_at_us, tags (array literals), metadata.
+    /// `kinds`, `queues`, `args`, `priorities`, `max_attempts`, `max_crashes`,
+    /// `run_at_us`, `tags` (array literals), `metadata`.
     #[allow(clippy::type_complexity)]
     fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
         (
@@ -189,7 +193,7 @@ impl InsertRows {
             .into_pyobject(py)
     }
 
-    /// The rows in PostgreSQL's COPY text format, for the columns
+    /// The rows in `PostgreSQL`'s COPY text format, for the columns
     /// `copy_columns(with_ids, with_run_at)` names. `now_us` decides which
     /// rows are `available` and which `scheduled`; `ids`, when given,
     /// supplies the job ids.
@@ -306,9 +310,12 @@ fn optional_copy_field(out: &mut String, value: Option<&str>) {
 }
 
 fn text_field(field: &str, value: &Bound<'_, PyAny>) -> Result<String, Invalid> {
-    let text = value
-        .cast::<PyString>()
-        .map_err(|_| Invalid::new(field, format!("must be a string (got {})", type_name(value))))?;
+    let text = value.cast::<PyString>().map_err(|_| {
+        Invalid::new(
+            field,
+            format!("must be a string (got {})", type_name(value)),
+        )
+    })?;
     text.to_str()
         .map(str::to_owned)
         .map_err(|_| Invalid::new(field, "holds a lone surrogate, which is not valid Unicode"))
@@ -331,11 +338,17 @@ fn int_field(field: &str, value: &Bound<'_, PyAny>) -> Result<i64, Invalid> {
 
 fn tag_list(value: &Bound<'_, PyAny>) -> Result<Vec<String>, Invalid> {
     if value.is_instance_of::<PyString>() {
-        return Err(Invalid::new("tags", "must be a list of strings, not a string"));
+        return Err(Invalid::new(
+            "tags",
+            "must be a list of strings, not a string",
+        ));
     }
-    let iter = value
-        .try_iter()
-        .map_err(|_| Invalid::new("tags", format!("must be a list of strings (got {})", type_name(value))))?;
+    let iter = value.try_iter().map_err(|_| {
+        Invalid::new(
+            "tags",
+            format!("must be a list of strings (got {})", type_name(value)),
+        )
+    })?;
     let mut tags = Vec::new();
     for (index, item) in iter.enumerate() {
         let item = item.map_err(|err| Invalid::new("tags", err.to_string()))?;
@@ -350,7 +363,10 @@ fn require_object(field: &str, json: &str) -> Result<(), Invalid> {
     } else {
         Err(Invalid::new(
             field,
-            format!("must serialize to a JSON object (got {})", codec::json_type_name(json)),
+            format!(
+                "must serialize to a JSON object (got {})",
+                codec::json_type_name(json)
+            ),
         ))
     }
 }
@@ -451,7 +467,10 @@ impl Dispatcher {
 
     /// `(job ids, run leases)` of every job held.
     fn held(&self) -> (Vec<i64>, Vec<i64>) {
-        self.inner.held().map(|(id, held)| (id, held.run_lease)).unzip()
+        self.inner
+            .held()
+            .map(|(id, held)| (id, held.run_lease))
+            .unzip()
     }
 
     fn lease_of(&self, job_id: i64) -> Option<i64> {
@@ -476,13 +495,7 @@ struct CompletionBatch {
     inner: completion::CompletionBatch,
 }
 
-fn attempt(
-    job_id: i64,
-    run_lease: i64,
-    attempt: i32,
-    max_attempts: i32,
-    crashes: i32,
-) -> Attempt {
+fn attempt(job_id: i64, run_lease: i64, attempt: i32, max_attempts: i32, crashes: i32) -> Attempt {
     Attempt {
         id: job_id,
         run_lease,
@@ -496,13 +509,14 @@ fn attempt(
 impl CompletionBatch {
     #[new]
     fn new(max_rows: usize, max_age_s: f64, seed: u64) -> PyResult<Self> {
-        let inner =
-            completion::CompletionBatch::new(max_rows, max_age_s, seed).map_err(PyValueError::new_err)?;
+        let inner = completion::CompletionBatch::new(max_rows, max_age_s, seed)
+            .map_err(PyValueError::new_err)?;
         Ok(CompletionBatch { inner })
     }
 
     fn completed(&mut self, job_id: i64, run_lease: i64, now: f64) {
-        self.inner.completed(attempt(job_id, run_lease, 0, 1, 0), now);
+        self.inner
+            .completed(attempt(job_id, run_lease, 0, 1, 0), now);
     }
 
     /// Returns the state chosen: `retryable`, or `failed` with no attempts left.
@@ -522,7 +536,8 @@ impl CompletionBatch {
     }
 
     fn snooze(&mut self, job_id: i64, run_lease: i64, delay_s: f64, now: f64) {
-        self.inner.snooze(attempt(job_id, run_lease, 0, 1, 0), delay_s, now);
+        self.inner
+            .snooze(attempt(job_id, run_lease, 0, 1, 0), delay_s, now);
     }
 
     fn cancelled(&mut self, job_id: i64, run_lease: i64, attempt_no: i32, reason: &str, now: f64) {
@@ -622,11 +637,19 @@ fn plan_rescue<'py>(
     seed: u64,
 ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
     let n = ids.len();
-    if [run_leases.len(), attempts.len(), max_attempts.len(), crashes.len(), max_crashes.len()]
-        .iter()
-        .any(|&len| len != n)
+    if [
+        run_leases.len(),
+        attempts.len(),
+        max_attempts.len(),
+        crashes.len(),
+        max_crashes.len(),
+    ]
+    .iter()
+    .any(|&len| len != n)
     {
-        return Err(PyValueError::new_err("every column needs one value per job"));
+        return Err(PyValueError::new_err(
+            "every column needs one value per job",
+        ));
     }
     let orphans: Vec<Orphan> = (0..n)
         .map(|i| Orphan {

@@ -10,10 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
-import asyncpg
 import pytest
 
-from tests.support import eventually, states, wait_for_state
+from tests.support import eventually, states
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = 400
@@ -48,8 +47,15 @@ async def spawn_worker(
     database_url: str, name: str, *, mode: str = "normal", queue: str = "default"
 ) -> asyncio.subprocess.Process:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.acceptance.worker_process", database_url, name, mode, queue,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        sys.executable,
+        "-m",
+        "tests.acceptance.worker_process",
+        database_url,
+        name,
+        mode,
+        queue,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
     )
     if mode != "crash":  # a crashing worker may die before it says anything
@@ -75,14 +81,18 @@ async def test_sigkill_mid_batch_loses_no_job_and_no_stale_attempt_completes(
     try:
         # Kill the victim while it holds claimed, unfinished jobs.
         async def victim_is_busy() -> bool:
-            return await ledger.fetchval("SELECT count(*) FROM test_runs WHERE worker = 'victim'") >= 20
+            return (
+                await ledger.fetchval("SELECT count(*) FROM test_runs WHERE worker = 'victim'")
+                >= 20
+            )
 
         await eventually(victim_is_busy)
         victim.kill()
         await victim.wait()
         held = await ledger.fetchval(
             "SELECT count(*) FROM awa.jobs WHERE state = 'running' AND worker_id NOT IN "
-            "(SELECT id FROM awa.workers WHERE pid = $1)", survivor.pid,
+            "(SELECT id FROM awa.workers WHERE pid = $1)",
+            survivor.pid,
         )
 
         async def all_completed() -> bool:
@@ -103,7 +113,9 @@ async def test_sigkill_mid_batch_loses_no_job_and_no_stale_attempt_completes(
     assert all(row["completions"] == 1 for row in per_job)
     assert all(row["completed_lease"] == row["run_lease"] for row in per_job)
     # Jobs the victim held were rescued: a crash counted, not a failure.
-    rescued = await ledger.fetch("SELECT id, crashes, attempt, errors FROM awa.jobs WHERE crashes > 0")
+    rescued = await ledger.fetch(
+        "SELECT id, crashes, attempt, errors FROM awa.jobs WHERE crashes > 0"
+    )
     assert held > 0
     assert len(rescued) >= 1
     for row in rescued:

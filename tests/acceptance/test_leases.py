@@ -26,6 +26,7 @@ async def test_the_outcome_of_a_rescued_attempt_is_ignored(client, conn, databas
 
     # Meanwhile the job is rescued and finished by another worker (attempt 2).
     async with awa.AsyncClient(database_url) as second:
+
         @second.task(dict, kind="contested")
         async def quick(job):
             return awa.Cancel("second attempt decided") if job.attempt == 2 else None
@@ -43,7 +44,9 @@ async def test_the_outcome_of_a_rescued_attempt_is_ignored(client, conn, databas
     release_first.set()
     await _wait(lambda: worker.completer.stale >= 1)
     await client.shutdown()
-    row = await conn.fetchrow("SELECT state::text, attempt, run_lease FROM awa.jobs WHERE id = $1", job.id)
+    row = await conn.fetchrow(
+        "SELECT state::text, attempt, run_lease FROM awa.jobs WHERE id = $1", job.id
+    )
     assert (row["state"], row["attempt"], row["run_lease"]) == ("cancelled", 2, 2)
     assert runs == [(1, 1)]
 

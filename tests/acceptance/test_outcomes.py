@@ -144,7 +144,9 @@ async def test_exceptions_fail_the_job_after_max_attempts(client, conn):
     for _ in range(2):
         await wait_for_state(conn, job.id, "retryable")
         # Skip the backoff instead of waiting seconds for it.
-        await conn.execute("UPDATE awa.jobs SET run_at = now() WHERE id = $1 AND state = 'retryable'", job.id)
+        await conn.execute(
+            "UPDATE awa.jobs SET run_at = now() WHERE id = $1 AND state = 'retryable'", job.id
+        )
     row = await wait_for_state(conn, job.id, "failed")
     await client.shutdown()
     assert attempts == [1, 2, 3]

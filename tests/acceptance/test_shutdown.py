@@ -51,7 +51,12 @@ async def test_jobs_still_running_at_the_timeout_are_given_back(client, conn):
     row = await conn.fetchrow(
         "SELECT state::text, attempt, worker_id, errors FROM awa.jobs WHERE id = $1", job.id
     )
-    assert (row["state"], row["attempt"], row["worker_id"], row["errors"]) == ("available", 0, None, None)
+    assert (row["state"], row["attempt"], row["worker_id"], row["errors"]) == (
+        "available",
+        0,
+        None,
+        None,
+    )
 
 
 async def test_a_released_job_is_picked_up_by_the_next_worker(client, conn, database_url):
@@ -70,6 +75,7 @@ async def test_a_released_job_is_picked_up_by_the_next_worker(client, conn, data
     await client.shutdown(timeout=0)
 
     async with awa.AsyncClient(database_url) as successor:
+
         @successor.task(dict, kind="handover")
         async def second(job):
             return None

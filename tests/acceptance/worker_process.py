@@ -36,7 +36,9 @@ async def main(url: str, name: str, mode: str, queue: str) -> None:
     async def crashy(job: awa.Job[dict]) -> None:
         await recorder.execute(
             "INSERT INTO test_runs (job_id, run_lease, worker) VALUES ($1, $2, $3)",
-            job.id, job.run_lease, name,
+            job.id,
+            job.run_lease,
+            name,
         )
         if mode == "crash":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -13,16 +13,21 @@ import pytest
 
 from awa.cli import load_client, parse_queues
 from awa.errors import ConfigurationError
-from tests.support import states, eventually
+from tests.support import eventually, states
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def run_awa(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "awa", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT, env={**os.environ, **(env or {})},
+        sys.executable,
+        "-m",
+        "awa",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     return process.returncode or 0, out.decode(), err.decode()
@@ -34,22 +39,36 @@ async def test_migrate_command_reports_an_up_to_date_schema(database_url):
     assert out.strip() == "the schema is up to date"
 
 
-async def test_worker_command_runs_the_apps_tasks_until_sigterm(client, conn, database_url, tmp_path):
-    (tmp_path / "cli_app.py").write_text(textwrap.dedent(f"""
+async def test_worker_command_runs_the_apps_tasks_until_sigterm(
+    client, conn, database_url, tmp_path
+):
+    (tmp_path / "cli_app.py").write_text(
+        textwrap.dedent(f"""
         import awa
         client = awa.AsyncClient({database_url!r})
 
         @client.task(dict, kind="cli_job", queue="cli")
         async def cli_job(job):
             return None
-    """))
+    """)
+    )
     await client.insert_many([{}] * 5, kind="cli_job", queue="cli")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "awa", "worker", "--app", "cli_app:client", "--queue", "cli=2",
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "awa",
+        "worker",
+        "--app",
+        "cli_app:client",
+        "--queue",
+        "cli=2",
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
+
         async def done() -> bool:
             return (await states(conn)).get("completed") == 5
 

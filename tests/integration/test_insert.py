@@ -131,7 +131,9 @@ async def test_rolled_back_transaction_leaves_no_job(client, conn, database_url)
     assert await conn.fetchval("SELECT array_agg(id) FROM awa.jobs") == [kept.id]
 
 
-async def test_jobs_inserted_in_an_open_transaction_are_invisible_until_commit(client, conn, database_url):
+async def test_jobs_inserted_in_an_open_transaction_are_invisible_until_commit(
+    client, conn, database_url
+):
     async with _connect(database_url) as own:
         transaction = own.transaction()
         await transaction.start()
@@ -156,8 +158,9 @@ async def test_insert_many_is_one_statement_and_keeps_order(client):
 
 async def test_insert_many_validates_everything_before_writing(client, conn):
     with pytest.raises(awa.ValidationError) as raised:
-        await client.insert_many([{"a": 1}, {"a": 2}, {"a": 3}], kind="k",
-                                 opts=[None, None, {"priority": 9}])
+        await client.insert_many(
+            [{"a": 1}, {"a": 2}, {"a": 3}], kind="k", opts=[None, None, {"priority": 9}]
+        )
     assert raised.value.field == "priority"
     assert "jobs[2]" in str(raised.value)
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
@@ -173,7 +176,9 @@ async def test_insert_many_copy_returns_the_jobs(client):
     run_at = datetime.datetime.now(UTC) + datetime.timedelta(hours=1)
     jobs = await client.insert_many_copy(
         [{"n": i, "text": "tab\there\nnewline \\ backslash"} for i in range(3)],
-        kind="copied", tags=["a", 'quo"te'], metadata={"source": "copy"},
+        kind="copied",
+        tags=["a", 'quo"te'],
+        metadata={"source": "copy"},
         opts=[None, {"run_at": run_at}, {"priority": 4}],
     )
     assert [job.args["n"] for job in jobs] == [0, 1, 2]
@@ -181,7 +186,9 @@ async def test_insert_many_copy_returns_the_jobs(client):
     assert jobs[0].tags == ["a", 'quo"te']
     assert jobs[0].metadata == {"source": "copy"}
     assert [job.state for job in jobs] == [
-        awa.JobState.Available, awa.JobState.Scheduled, awa.JobState.Available
+        awa.JobState.Available,
+        awa.JobState.Scheduled,
+        awa.JobState.Available,
     ]
     assert jobs[1].run_at == run_at
     assert jobs[2].priority == 4
@@ -192,7 +199,9 @@ async def test_enqueue_many_copy_counts_and_notifies(client, conn, database_url)
     heard: asyncio.Queue[str] = asyncio.Queue()
     await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
     try:
-        count = await client.enqueue_many_copy([{"i": i} for i in range(1000)], kind="bulk", queue="copyq")
+        count = await client.enqueue_many_copy(
+            [{"i": i} for i in range(1000)], kind="bulk", queue="copyq"
+        )
         assert count == 1000
         assert await asyncio.wait_for(heard.get(), 5) == "copyq"
     finally:

@@ -31,14 +31,22 @@ async def test_max_attempts_outside_1_to_1000(client, conn, max_attempts):
 
 
 async def test_limits_at_their_edges_are_accepted(client):
-    job = await client.insert({}, kind="k" * 200, queue="q" * 200, priority=4, max_attempts=1000,
-                              tags=[f"t{i}" for i in range(20)],
-                              run_at=datetime.datetime(9999, 12, 31, tzinfo=UTC))
+    job = await client.insert(
+        {},
+        kind="k" * 200,
+        queue="q" * 200,
+        priority=4,
+        max_attempts=1000,
+        tags=[f"t{i}" for i in range(20)],
+        run_at=datetime.datetime(9999, 12, 31, tzinfo=UTC),
+    )
     assert job.max_attempts == 1000 and len(job.tags) == 20
 
 
-@pytest.mark.parametrize(("field", "value"), [("kind", ""), ("kind", "k" * 201), ("queue", ""),
-                                              ("queue", "q" * 201), ("kind", "a\0b")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("kind", ""), ("kind", "k" * 201), ("queue", ""), ("queue", "q" * 201), ("kind", "a\0b")],
+)
 async def test_names_of_1_to_200_characters_without_nul(client, conn, field, value):
     assert (await refused(client, conn, **{field: value})).field == field
 
@@ -80,7 +88,9 @@ async def test_args_must_be_an_object(client, conn):
 async def test_run_at_must_be_aware_and_within_years_1_to_9999(client, conn):
     naive = datetime.datetime(2030, 1, 1)
     assert (await refused(client, conn, run_at=naive)).field == "run_at"
-    late = datetime.datetime(9999, 12, 31, 23, tzinfo=datetime.timezone(-datetime.timedelta(hours=5)))
+    late = datetime.datetime(
+        9999, 12, 31, 23, tzinfo=datetime.timezone(-datetime.timedelta(hours=5))
+    )
     assert (await refused(client, conn, run_at=late)).field == "run_at"
     assert (await refused(client, conn, run_at=datetime.timedelta(days=10**8))).field == "run_at"
     assert (await refused(client, conn, run_at="tomorrow")).field == "run_at"

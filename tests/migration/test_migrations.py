@@ -124,21 +124,33 @@ async def test_concurrent_migrate_commands_in_separate_processes(fresh_database)
     url = await fresh_database()
     processes = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "awa", "migrate", "--database-url", url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=ROOT, env={**os.environ},
+            sys.executable,
+            "-m",
+            "awa",
+            "migrate",
+            "--database-url",
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ},
         )
         for _ in range(3)
     ]
     outputs = [await process.communicate() for process in processes]
     assert [process.returncode for process in processes] == [0, 0, 0]
     messages = sorted(out.decode().strip() for out, _ in outputs)
-    assert messages == ["applied migrations [1]", "the schema is up to date", "the schema is up to date"]
+    assert messages == [
+        "applied migrations [1]",
+        "the schema is up to date",
+        "the schema is up to date",
+    ]
 
 
 async def test_an_unmigrated_database_gives_a_clear_error(fresh_database):
     url = await fresh_database()
     async with awa.AsyncClient(url) as client:
+
         @client.task(dict, kind="k")
         async def handler(job):
             return None
@@ -158,7 +170,9 @@ async def test_an_older_schema_version_gives_a_clear_error(fresh_database):
     connection = await asyncpg.connect(url)
     try:
         await connection.execute("DELETE FROM awa.schema_migrations")
-        await connection.execute("INSERT INTO awa.schema_migrations (version, name) VALUES (0, 'old')")
+        await connection.execute(
+            "INSERT INTO awa.schema_migrations (version, name) VALUES (0, 'old')"
+        )
     finally:
         await connection.close()
     async with awa.AsyncClient(url) as client:

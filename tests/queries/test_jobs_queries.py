@@ -12,15 +12,24 @@ from awa.notifier import CHANNEL
 Q = sql.query
 
 
-async def insert_available(conn: asyncpg.Connection, count: int, *, queue: str = "q",
-                           priority: int = 2, run_at_offset_s: float = 0.0) -> list[int]:
+async def insert_available(
+    conn: asyncpg.Connection,
+    count: int,
+    *,
+    queue: str = "q",
+    priority: int = 2,
+    run_at_offset_s: float = 0.0,
+) -> list[int]:
     return [
         row["id"]
         for row in await conn.fetch(
             """INSERT INTO awa.jobs (kind, queue, priority, run_at, state)
                SELECT 'k', $1, $2, now() + $3 * interval '1 second', 'available'
                FROM generate_series(1, $4) RETURNING id""",
-            queue, priority, run_at_offset_s, count,
+            queue,
+            priority,
+            run_at_offset_s,
+            count,
         )
     ]
 
@@ -36,8 +45,13 @@ async def claim(conn, queues, counts, worker_id):
 async def finish(conn, ids, leases, states, delays=None, refunds=None, errors=None):
     n = len(ids)
     return await conn.execute(
-        Q("jobs_finish_batch"), ids, leases, states,
-        delays or [None] * n, refunds or [0] * n, errors or [None] * n,
+        Q("jobs_finish_batch"),
+        ids,
+        leases,
+        states,
+        delays or [None] * n,
+        refunds or [0] * n,
+        errors or [None] * n,
     )
 
 
@@ -58,7 +72,9 @@ async def test_claim_starts_an_attempt_and_bumps_the_lease(conn):
     assert row["state"] == "running"
     assert row["attempt"] == 1
     assert row["run_lease"] == 1
-    stored = await conn.fetchrow("SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", job_id)
+    stored = await conn.fetchrow(
+        "SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", job_id
+    )
     assert stored["worker_id"] == worker
     assert stored["attempted_at"] is not None
 
@@ -80,9 +96,7 @@ async def test_concurrent_claims_never_take_the_same_job(conn, database_url):
     await insert_available(conn, 200)
     others = [await asyncpg.connect(database_url) for _ in range(4)]
     try:
-        results = await asyncio.gather(
-            *(claim(other, ["q"], [60], worker) for other in others)
-        )
+        results = await asyncio.gather(*(claim(other, ["q"], [60], worker) for other in others))
     finally:
         for other in others:
             await other.close()
@@ -107,10 +121,18 @@ async def test_finish_batch_applies_each_outcome(conn):
     ids = [row["id"] for row in rows]
     leases = [row["run_lease"] for row in rows]
     status = await finish(
-        conn, ids, leases, ["completed", "retryable", "scheduled", "failed"],
-        delays=[None, 30.0, 5.0, None], refunds=[0, 0, 1, 0],
-        errors=[None, '{"type": "E", "message": "m", "attempt": 1}', None,
-                '{"type": "T", "message": "t", "attempt": 1}'],
+        conn,
+        ids,
+        leases,
+        ["completed", "retryable", "scheduled", "failed"],
+        delays=[None, 30.0, 5.0, None],
+        refunds=[0, 0, 1, 0],
+        errors=[
+            None,
+            '{"type": "E", "message": "m", "attempt": 1}',
+            None,
+            '{"type": "T", "message": "t", "attempt": 1}',
+        ],
     )
     assert status == "UPDATE 4"
     stored = {
@@ -139,7 +161,9 @@ async def test_finish_batch_ignores_outcomes_of_stale_attempts(conn):
     [second] = await claim(conn, ["q"], [1], worker)
     assert second["run_lease"] == first["run_lease"] + 1
     assert await finish(conn, [job_id], [first["run_lease"]], ["completed"]) == "UPDATE 0"
-    assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job_id) == "running"
+    assert (
+        await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job_id) == "running"
+    )
     assert await finish(conn, [job_id], [second["run_lease"]], ["completed"]) == "UPDATE 1"
 
 
@@ -160,7 +184,10 @@ async def test_release_returns_running_jobs_without_counting_the_attempt(conn):
     stale = [lease - 1 for lease in leases]
     result = await conn.fetchrow(Q("jobs_release"), ids[:1] + ids[1:], stale[:1] + leases[1:])
     assert result["released"] == 1
-    rows = {r["id"]: r for r in await conn.fetch("SELECT id, state::text, attempt, worker_id FROM awa.jobs")}
+    rows = {
+        r["id"]: r
+        for r in await conn.fetch("SELECT id, state::text, attempt, worker_id FROM awa.jobs")
+    }
     assert rows[ids[0]]["state"] == "running"
     assert rows[ids[1]]["state"] == "available"
     assert rows[ids[1]]["attempt"] == 0
@@ -183,9 +210,12 @@ async def test_promote_due_makes_due_jobs_available_and_notifies(conn, database_
         assert await asyncio.wait_for(heard.get(), 5) == "due"
     finally:
         await listener.close()
-    assert await conn.fetchval(
-        "SELECT count(*) FROM awa.jobs WHERE state = 'available' AND queue = 'due'"
-    ) == 2
+    assert (
+        await conn.fetchval(
+            "SELECT count(*) FROM awa.jobs WHERE state = 'available' AND queue = 'due'"
+        )
+        == 2
+    )
     seconds = await conn.fetchval(Q("jobs_next_due"))
     assert 3500 < seconds <= 3600
 
@@ -225,11 +255,17 @@ async def test_rescue_counts_a_crash_and_is_guarded(conn):
     ids = [row["id"] for row in rows]
     leases = [rows[0]["run_lease"], rows[1]["run_lease"] - 1]  # second is stale
     status = await conn.execute(
-        Q("jobs_rescue"), ids, leases, ["retryable", "retryable"], [0.0, 0.0],
+        Q("jobs_rescue"),
+        ids,
+        leases,
+        ["retryable", "retryable"],
+        [0.0, 0.0],
         ['{"type": "WorkerCrash", "message": "m", "attempt": 1}'] * 2,
     )
     assert status == "UPDATE 1"
-    first = await conn.fetchrow("SELECT state::text, crashes, errors, worker_id FROM awa.jobs WHERE id = $1", ids[0])
+    first = await conn.fetchrow(
+        "SELECT state::text, crashes, errors, worker_id FROM awa.jobs WHERE id = $1", ids[0]
+    )
     assert first["state"] == "retryable"
     assert first["crashes"] == 1
     assert first["worker_id"] is None

@@ -18,10 +18,12 @@ noticed is dead) is harmless: every maintenance write is guarded and uses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
+from awa._events import wait_for_event
 from awa.db import TRANSIENT_ERRORS, Database
 
 log = logging.getLogger("awa.leader")
@@ -91,13 +93,8 @@ class Leader:
     async def _resign(self, connection: Any) -> None:
         if connection.is_closed():
             return
-        try:
+        with contextlib.suppress(*TRANSIENT_ERRORS):
             await self._db.fetchval("locks_release_leader", LEADER_LOCK_KEY, connection=connection)
-        except TRANSIENT_ERRORS:
-            pass
 
     async def _pause(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
-        except TimeoutError:
-            pass
+        await wait_for_event(self._stop, seconds)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from awa._events import wait_for_event
 from awa.db import Database
 
 log = logging.getLogger("awa.scheduler")
@@ -42,10 +43,7 @@ class Scheduler:
                 log.warning("promoting due jobs failed (%s: %s)", type(error).__name__, error)
                 delay = self._interval_s
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            await wait_for_event(self._wake, delay)
 
     async def promote_once(self) -> float:
         """One pass; returns how long to sleep before the next."""
@@ -57,4 +55,4 @@ class Scheduler:
         seconds = await self._db.fetchval("jobs_next_due")
         if seconds is None:
             return self._interval_s
-        return min(max(seconds, MIN_SLEEP_S), self._interval_s)
+        return min(max(float(seconds), MIN_SLEEP_S), self._interval_s)
