@@ -3,10 +3,11 @@
 //!
 //! # Overview
 //! The producer asks [`Dispatcher::plan_claim`] before every claim. The plan
-//! reserves free slots so that two claims in flight can never overfill a
-//! queue; [`Dispatcher::start`] turns a reservation into a running job and
-//! [`Dispatcher::settle_claim`] gives back what the database did not
-//! return. [`Dispatcher::finish`] frees a slot when a handler returns.
+//! reserves free slots, so several claims in flight can never overfill a
+//! queue; [`Dispatcher::start`] turns one of the plan's reservations into a
+//! running job and [`Dispatcher::settle_claim`] gives back what the
+//! database did not return. [`Dispatcher::finish`] frees a slot when a
+//! handler returns.
 //!
 //! # State model
 //! Per queue: `running + reserved <= max_workers`, and the sum over queues
@@ -27,8 +28,6 @@ pub struct QueueSlots {
     pub max_workers: u32,
     pub running: u32,
     pub reserved: u32,
-    /// Jobs started from the claim in flight.
-    started_this_claim: u32,
     /// False after a short claim, until a wake-up says otherwise.
     maybe_has_jobs: bool,
 }
@@ -49,8 +48,26 @@ pub struct Dispatcher {
     global_max: Option<u32>,
 }
 
-/// What the producer should claim next: queue indexes and counts.
-pub type ClaimPlan = Vec<(usize, u32)>;
+/// One claim's reservations: how many jobs of which queue, and how many of
+/// them the database returned so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimPlan {
+    pub wanted: Vec<(usize, u32)>,
+    started: Vec<u32>,
+}
+
+impl ClaimPlan {
+    fn take_slot(&mut self, queue: usize) -> bool {
+        let Some(position) = self.wanted.iter().position(|&(index, _)| index == queue) else {
+            return false;
+        };
+        if self.started[position] >= self.wanted[position].1 {
+            return false;
+        }
+        self.started[position] += 1;
+        true
+    }
+}
 
 impl Dispatcher {
     /// `queues` pairs each queue name with its `max_workers` (at least 1).
@@ -82,7 +99,6 @@ impl Dispatcher {
                 max_workers,
                 running: 0,
                 reserved: 0,
-                started_this_claim: 0,
                 maybe_has_jobs: true,
             });
         }
@@ -103,41 +119,47 @@ impl Dispatcher {
         self.by_name.get(name).copied()
     }
 
-    /// Reserves free slots on every queue that may have jobs. An empty plan
-    /// means there is nothing worth claiming now.
-    pub fn plan_claim(&mut self) -> ClaimPlan {
+    /// Reserves free slots on every queue that may have jobs; `None` means
+    /// there is nothing worth claiming now.
+    pub fn plan_claim(&mut self) -> Option<ClaimPlan> {
         let mut global_free = self.global_free();
-        let mut plan = Vec::new();
+        let mut wanted = Vec::new();
         for (index, queue) in self.queues.iter_mut().enumerate() {
             if !queue.maybe_has_jobs || global_free == 0 {
                 continue;
             }
             let free = queue.max_workers - queue.running - queue.reserved;
-            let wanted = free.min(self.claim_batch_max).min(global_free);
-            if wanted == 0 {
+            let count = free.min(self.claim_batch_max).min(global_free);
+            if count == 0 {
                 continue;
             }
-            queue.reserved += wanted;
-            queue.started_this_claim = 0;
-            global_free -= wanted;
-            plan.push((index, wanted));
+            queue.reserved += count;
+            global_free -= count;
+            wanted.push((index, count));
         }
-        plan
+        if wanted.is_empty() {
+            return None;
+        }
+        let started = vec![0; wanted.len()];
+        Some(ClaimPlan { wanted, started })
     }
 
-    /// A claimed job begins: it takes one reserved slot of its queue.
-    /// Returns false (and changes nothing) for a queue this worker does not
-    /// serve or a job it already holds.
-    pub fn start(&mut self, job_id: i64, run_lease: i64, queue: usize) -> bool {
-        let Some(slots) = self.queues.get_mut(queue) else {
-            return false;
-        };
-        if slots.reserved == 0 || self.held.contains_key(&job_id) {
+    /// A claimed job begins: it takes one of the plan's reserved slots of
+    /// its queue. Returns false (and changes nothing) for a queue the plan
+    /// did not reserve, a plan already used up, or a job already held.
+    pub fn start(
+        &mut self,
+        plan: &mut ClaimPlan,
+        job_id: i64,
+        run_lease: i64,
+        queue: usize,
+    ) -> bool {
+        if self.held.contains_key(&job_id) || !plan.take_slot(queue) {
             return false;
         }
+        let slots = &mut self.queues[queue];
         slots.reserved -= 1;
         slots.running += 1;
-        slots.started_this_claim += 1;
         self.held.insert(job_id, Held { queue, run_lease });
         true
     }
@@ -145,14 +167,12 @@ impl Dispatcher {
     /// Returns the unused part of a plan. A queue that gave fewer jobs than
     /// asked is drained for now.
     pub fn settle_claim(&mut self, plan: &ClaimPlan) {
-        for &(index, wanted) in plan {
+        for (&(index, wanted), &started) in plan.wanted.iter().zip(&plan.started) {
             let queue = &mut self.queues[index];
-            let unused = wanted.saturating_sub(queue.started_this_claim);
-            queue.reserved = queue.reserved.saturating_sub(unused);
-            if queue.started_this_claim < wanted {
+            queue.reserved -= wanted - started;
+            if started < wanted {
                 queue.maybe_has_jobs = false;
             }
-            queue.started_this_claim = 0;
         }
     }
 
@@ -226,46 +246,79 @@ mod tests {
     #[test]
     fn plans_up_to_free_slots_and_batch_size() {
         let mut d = dispatcher(&[("email", 8), ("default", 32)], 10, None);
-        assert_eq!(d.plan_claim(), vec![(0, 8), (1, 10)]);
-        // Everything free is reserved already or capped by the batch size.
-        assert_eq!(d.plan_claim(), vec![(1, 10)]);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 8), (1, 10)]);
+        // A second claim in flight only gets what the first did not reserve.
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(1, 10)]);
     }
 
     #[test]
     fn reservations_prevent_overfilling() {
         let mut d = dispatcher(&[("q", 3)], 100, None);
-        let plan = d.plan_claim();
-        assert_eq!(plan, vec![(0, 3)]);
-        assert!(d.plan_claim().is_empty());
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 3)]);
+        assert!(d.plan_claim().is_none());
         for id in 1..=3 {
-            assert!(d.start(id, 1, 0));
+            assert!(d.start(&mut plan, id, 1, 0));
         }
-        assert!(!d.start(4, 1, 0), "no reserved slot left");
+        assert!(!d.start(&mut plan, 4, 1, 0), "the plan is used up");
         d.settle_claim(&plan);
         assert_eq!(d.queues()[0].running, 3);
         assert!(!d.can_claim());
         assert_eq!(d.finish(2), Some(0));
         assert!(d.can_claim());
-        assert_eq!(d.plan_claim(), vec![(0, 1)]);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 1)]);
+    }
+
+    #[test]
+    fn claims_in_flight_settle_independently() {
+        let mut d = dispatcher(&[("q", 10)], 4, None);
+        let mut first = d.plan_claim().unwrap();
+        let mut second = d.plan_claim().unwrap();
+        assert_eq!(
+            (first.wanted.clone(), second.wanted.clone()),
+            (vec![(0, 4)], vec![(0, 4)])
+        );
+        for id in 1..=4 {
+            assert!(d.start(&mut second, id, 1, 0));
+        }
+        d.settle_claim(&second);
+        assert!(d.start(&mut first, 5, 1, 0));
+        d.settle_claim(&first);
+        let queue = &d.queues()[0];
+        assert_eq!((queue.running, queue.reserved), (5, 0));
+        // The first claim came back short: the queue is drained for now.
+        assert!(d.plan_claim().is_none());
+    }
+
+    #[test]
+    fn a_plan_only_starts_jobs_of_its_own_queues() {
+        let mut d = dispatcher(&[("a", 2), ("b", 2)], 10, None);
+        let first = d.plan_claim().unwrap();
+        d.settle_claim(&first); // both came back empty
+        d.mark_ready(0);
+        let mut only_a = d.plan_claim().unwrap();
+        assert_eq!(only_a.wanted, vec![(0, 2)]);
+        assert!(!d.start(&mut only_a, 1, 1, 1), "queue b was not reserved");
+        assert!(d.start(&mut only_a, 1, 1, 0));
     }
 
     #[test]
     fn a_short_claim_marks_the_queue_empty_until_woken() {
         let mut d = dispatcher(&[("q", 10)], 10, None);
-        let plan = d.plan_claim();
-        assert!(d.start(1, 1, 0));
+        let mut plan = d.plan_claim().unwrap();
+        assert!(d.start(&mut plan, 1, 1, 0));
         d.settle_claim(&plan);
         assert_eq!(d.queues()[0].reserved, 0);
-        assert!(d.plan_claim().is_empty());
+        assert!(d.plan_claim().is_none());
         assert!(!d.can_claim());
         d.mark_ready(0);
-        assert_eq!(d.plan_claim(), vec![(0, 9)]);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 9)]);
     }
 
     #[test]
     fn a_failed_claim_gives_back_its_reservation() {
         let mut d = dispatcher(&[("q", 4)], 10, None);
-        let plan = d.plan_claim();
+        let plan = d.plan_claim().unwrap();
         d.settle_claim(&plan);
         assert_eq!(d.queues()[0].reserved, 0);
         assert_eq!(d.queues()[0].running, 0);
@@ -274,22 +327,34 @@ mod tests {
     #[test]
     fn the_global_cap_spans_queues() {
         let mut d = dispatcher(&[("a", 5), ("b", 5)], 10, Some(6));
-        assert_eq!(d.plan_claim(), vec![(0, 5), (1, 1)]);
-        assert!(d.plan_claim().is_empty());
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 5), (1, 1)]);
+        assert!(d.plan_claim().is_none());
     }
 
     #[test]
     fn finishing_an_unknown_job_is_harmless() {
         let mut d = dispatcher(&[("q", 1)], 1, None);
         assert_eq!(d.finish(42), None);
-        let plan = d.plan_claim();
-        assert!(d.start(7, 3, 0));
-        assert!(!d.start(7, 3, 0));
+        let mut plan = d.plan_claim().unwrap();
+        assert!(d.start(&mut plan, 7, 3, 0));
         d.settle_claim(&plan);
-        assert_eq!(d.lease_of(7), Some(3));
+        d.mark_ready(0);
+        assert!(d.plan_claim().is_none(), "the only slot is taken");
+        d.finish(7);
+        let mut again = d.plan_claim().unwrap();
+        assert!(d.start(&mut again, 7, 4, 0));
+        d.settle_claim(&again);
+        let mut third = plan_of(vec![(0, 1)]);
+        assert!(!d.start(&mut third, 7, 5, 0), "already held");
+        assert_eq!(d.lease_of(7), Some(4));
         assert_eq!(d.held_count(), 1);
         assert_eq!(d.finish(7), Some(0));
         assert_eq!(d.finish(7), None);
+    }
+
+    fn plan_of(wanted: Vec<(usize, u32)>) -> ClaimPlan {
+        let started = vec![0; wanted.len()];
+        ClaimPlan { wanted, started }
     }
 
     #[test]

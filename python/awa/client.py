@@ -62,11 +62,10 @@ class AsyncClient:
         if (
             isinstance(max_connections, bool)
             or not isinstance(max_connections, int)
-            or max_connections < 4
+            or max_connections < 1
         ):
             raise ConfigurationError(
-                "max_connections must be an integer >= 4 (a worker holds 3), "
-                f"got {max_connections!r}"
+                f"max_connections must be an integer >= 1, got {max_connections!r}"
             )
         self._url = url
         self._pool = pool
@@ -473,6 +472,13 @@ class AsyncClient:
         except TypeError as error:
             raise ConfigurationError(str(error)) from None
         db = await self._database()
+        pool_size = db.pool.get_max_size()
+        if pool_size < config.connections_needed:
+            raise ConfigurationError(
+                f"the connection pool holds at most {pool_size} connections, but a worker "
+                f"with claim_concurrency={config.claim_concurrency} needs "
+                f"{config.connections_needed}; raise max_connections (or your pool's max_size)"
+            )
         await db.require_schema()
         worker = Worker(db, self._registry, config)
         await worker.start()

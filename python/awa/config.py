@@ -19,6 +19,8 @@ class WorkerConfig:
     queues: tuple[tuple[str, int], ...]
     #: Claim at most this many jobs per queue in one statement.
     claim_batch_size: int = 100
+    #: Claims that may be in flight at once (each on its own connection).
+    claim_concurrency: int = 2
     #: Cap on handlers running at once across all queues (None: sum of queues).
     global_max_workers: int | None = None
     #: Poll for jobs this often even without notifications (the fallback).
@@ -60,6 +62,12 @@ class WorkerConfig:
                 "heartbeat_staleness must be longer than heartbeat_interval "
                 f"({self.heartbeat_staleness} <= {self.heartbeat_interval})"
             )
+
+    @property
+    def connections_needed(self) -> int:
+        """Pool connections a worker holds: claimers, completer, notifier,
+        leader, and one for heartbeats and maintenance."""
+        return self.claim_concurrency + 4
 
     @property
     def total_slots(self) -> int:

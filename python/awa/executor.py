@@ -65,12 +65,12 @@ class Executor:
     def running(self) -> dict[int, asyncio.Task[None]]:
         return self._running
 
-    def start(self, row: Any) -> None:
-        """Starts the handler for a freshly claimed row."""
+    def start(self, row: Any, plan_id: int) -> None:
+        """Starts the handler for a row claimed by plan ``plan_id``."""
         task_def = self._registry.by_kind.get(row[2])
         decode = task_def.decode_args if task_def is not None else None
         job: Job[Any] = Job.from_row(row, decode)
-        if not self._dispatcher.start(job.id, job.run_lease, job.queue):
+        if not self._dispatcher.start(plan_id, job.id, job.run_lease, job.queue):
             # Cannot happen unless the claim returned more than was asked;
             # the job stays claimed and is rescued if this process dies.
             log.error("claimed %r without a free slot; leaving it to the rescuer", job)

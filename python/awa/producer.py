@@ -1,11 +1,19 @@
 """The producer: claims batches of jobs and hands them to the executor.
 
-Overview: one loop per worker process, on its own connection. It asks the
-Rust dispatcher how many jobs each queue can take, claims them all in one
+Overview: ``claim_concurrency`` claimer loops per worker process, each on
+its own connection. A claimer asks the Rust dispatcher how many jobs each
+queue can take (the plan reserves those slots), claims them all in one
 statement (``jobs_claim``: ``FOR UPDATE SKIP LOCKED``, priority order), and
-starts a handler per row. It sleeps when no queue can take work and wakes
-on a notification for one of its queues, on a freed slot, or on the poll
-timer (the fallback when notifications are lost).
+starts a handler per row. While one claim is in flight, slots freed
+meanwhile are claimed by the next claimer instead of waiting for it. A
+claimer sleeps when no queue can take work and wakes on a notification for
+one of its queues, on a freed slot, or on the poll timer (the fallback when
+notifications are lost).
+
+Claims commit with ``synchronous_commit = off``: if the database crashes
+and forgets a claim, the job simply becomes available again and its outcome
+from the forgotten attempt is rejected by the run-lease guard, so nothing is
+lost and delivery stays at least once. Outcomes are written durably.
 
 Failure handling: a failed claim gives back its reservation, waits with
 backoff and retries on a fresh connection. A claim is never cancelled half
@@ -35,9 +43,10 @@ class Producer:
         self,
         db: Database,
         dispatcher: _core.Dispatcher,
-        start_job: Callable[[Any], None],
+        start_job: Callable[[Any, int], None],
         worker_id: int,
         poll_interval_s: float,
+        claim_concurrency: int,
     ) -> None:
         self._db = db
         self._dispatcher = dispatcher
@@ -45,6 +54,8 @@ class Producer:
         self._worker_id = worker_id
         self._poll_interval_s = poll_interval_s
         self._claim = db.statement("jobs_claim")
+        self._prepare_session = db.statement("jobs_claim_prepare_session")
+        self._claimers = claim_concurrency
         self._wake = asyncio.Event()
         self._stopping = False
         self.claims = 0
@@ -66,10 +77,14 @@ class Producer:
         self._wake.set()
 
     async def run(self) -> None:
+        await asyncio.gather(*(self._claimer() for _ in range(self._claimers)))
+
+    async def _claimer(self) -> None:
         failures = 0
         while not self._stopping:
             try:
                 async with self._db.pool.acquire() as connection:
+                    await self._prepare_session.execute(connection)
                     await self._claim_loop(connection)
                 return
             except Exception as error:  # noqa: BLE001 - keep claiming once the cause clears
@@ -96,14 +111,14 @@ class Producer:
             if plan is None:
                 await self._wait_for_wake(next_poll - now)
                 continue
-            queues, counts = plan
+            plan_id, queues, counts = plan
             try:
                 rows = await self._claim.fetch(connection, queues, counts, self._worker_id)
                 self.claims += 1
                 for row in rows:
-                    self._start_job(row)
+                    self._start_job(row, plan_id)
             finally:
-                self._dispatcher.settle_claim()
+                self._dispatcher.settle_claim(plan_id)
 
     async def _wait_for_wake(self, timeout_s: float) -> None:
         self._wake.clear()

@@ -68,7 +68,12 @@ class Worker:
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
         self.executor = Executor(self.registry, self.dispatcher, self.batch, threads)
         self.producer = Producer(
-            self.db, self.dispatcher, self.executor.start, self.worker_id, config.poll_interval
+            self.db,
+            self.dispatcher,
+            self.executor.start,
+            self.worker_id,
+            config.poll_interval,
+            config.claim_concurrency,
         )
         self.completer = Completer(self.db, self.batch)
         self.executor.on_slot_freed = self.producer.slot_freed

@@ -9,7 +9,7 @@
 
 mod codec;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -382,7 +382,8 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
 #[pyclass(module = "awa._core")]
 struct Dispatcher {
     inner: dispatch::Dispatcher,
-    pending: Option<ClaimPlan>,
+    pending: HashMap<u64, ClaimPlan>,
+    next_plan_id: u64,
 }
 
 #[pymethods]
@@ -398,44 +399,46 @@ impl Dispatcher {
             .map_err(PyValueError::new_err)?;
         Ok(Dispatcher {
             inner,
-            pending: None,
+            pending: HashMap::new(),
+            next_plan_id: 0,
         })
     }
 
-    /// Reserves free slots and returns `(queues, counts)` to claim, or
-    /// `None` when nothing is worth claiming. Settle before planning again.
-    fn plan_claim(&mut self) -> PyResult<Option<(Vec<String>, Vec<u32>)>> {
-        if self.pending.is_some() {
-            return Err(PyRuntimeError::new_err(
-                "settle_claim() must be called before planning another claim",
-            ));
-        }
-        let plan = self.inner.plan_claim();
-        if plan.is_empty() {
-            return Ok(None);
-        }
+    /// Reserves free slots and returns `(plan_id, queues, counts)` to claim,
+    /// or `None` when nothing is worth claiming. Several plans may be in
+    /// flight; each must be settled.
+    fn plan_claim(&mut self) -> Option<(u64, Vec<String>, Vec<u32>)> {
+        let plan = self.inner.plan_claim()?;
         let names = plan
+            .wanted
             .iter()
             .map(|&(index, _)| self.inner.queues()[index].name.clone())
             .collect();
-        let counts = plan.iter().map(|&(_, count)| count).collect();
-        self.pending = Some(plan);
-        Ok(Some((names, counts)))
+        let counts = plan.wanted.iter().map(|&(_, count)| count).collect();
+        self.next_plan_id += 1;
+        self.pending.insert(self.next_plan_id, plan);
+        Some((self.next_plan_id, names, counts))
     }
 
-    /// A claimed job starts; false when it does not fit the plan.
-    fn start(&mut self, job_id: i64, run_lease: i64, queue: &str) -> bool {
-        match self.inner.queue_index(queue) {
-            Some(index) => self.inner.start(job_id, run_lease, index),
-            None => false,
-        }
+    /// A job claimed by plan `plan_id` starts; false when it does not fit
+    /// the plan (or the plan is unknown).
+    fn start(&mut self, plan_id: u64, job_id: i64, run_lease: i64, queue: &str) -> bool {
+        let (Some(index), Some(plan)) = (
+            self.inner.queue_index(queue),
+            self.pending.get_mut(&plan_id),
+        ) else {
+            return false;
+        };
+        self.inner.start(plan, job_id, run_lease, index)
     }
 
-    /// Gives back the unused part of the pending plan.
-    fn settle_claim(&mut self) {
-        if let Some(plan) = self.pending.take() {
-            self.inner.settle_claim(&plan);
-        }
+    /// Gives back the unused part of a plan; an unknown id is an error.
+    fn settle_claim(&mut self, plan_id: u64) -> PyResult<()> {
+        let plan = self.pending.remove(&plan_id).ok_or_else(|| {
+            PyRuntimeError::new_err(format!("no claim plan {plan_id} is pending"))
+        })?;
+        self.inner.settle_claim(&plan);
+        Ok(())
     }
 
     /// Frees the slot of a finished job; returns whether a claim could now

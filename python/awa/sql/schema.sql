@@ -48,7 +48,7 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_queue_length CHECK (char_length(queue) BETWEEN 1 AND 200),
     CONSTRAINT jobs_tags_count CHECK (cardinality(tags) <= 20),
     CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object')
-);
+) WITH (fillfactor = 70);  -- room for each row's next versions on its own page
 
 -- Claims: the next available jobs of a queue, most urgent first.
 CREATE INDEX jobs_claim_idx ON awa.jobs (queue, priority, run_at, id)

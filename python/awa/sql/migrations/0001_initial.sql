@@ -2,7 +2,8 @@
 --
 -- One table holds every job for its whole life and is updated in place; the
 -- hot paths each have a small partial index, so an index only holds the rows
--- its query can return. docs/storage.md has the measured cost per job.
+-- its query can return. docs/storage.md has the measured cost per job and the
+-- layouts we compared.
 
 CREATE TYPE awa.job_state AS ENUM (
     'scheduled',
@@ -43,7 +44,7 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_queue_length CHECK (char_length(queue) BETWEEN 1 AND 200),
     CONSTRAINT jobs_tags_count CHECK (cardinality(tags) <= 20),
     CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object')
-);
+) WITH (fillfactor = 70);  -- room for each row's next versions on its own page
 
 -- Claims: the next available jobs of a queue, most urgent first.
 CREATE INDEX jobs_claim_idx ON awa.jobs (queue, priority, run_at, id)

@@ -97,6 +97,10 @@ LIMIT $4;
 -- How many jobs are in each state (for summaries and tests).
 SELECT state::text AS state, count(*) AS count FROM awa.jobs GROUP BY state ORDER BY state;
 
+-- name: jobs_claim_prepare_session
+-- Lets claims commit without waiting for the WAL flush (see awa/producer.py).
+SET synchronous_commit = off;
+
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker,
 -- most urgent first (priority, then run_at, then id), skipping rows other
