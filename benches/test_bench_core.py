@@ -110,13 +110,13 @@ def test_bench_dispatch_cycle_for_100_jobs(benchmark: BenchmarkFixture) -> None:
         dispatcher.mark_all_ready()
         plan = dispatcher.plan_claim()
         assert plan is not None
-        queues, counts = plan
+        plan_id, queues, counts = plan
         job_id = 0
         for queue, count in zip(queues, counts, strict=True):
             for _ in range(count):
                 job_id += 1
-                dispatcher.start(job_id, 1, queue)
-        dispatcher.settle_claim()
+                dispatcher.start(plan_id, job_id, 1, queue)
+        dispatcher.settle_claim(plan_id)
         held = len(dispatcher)
         for finished in range(1, job_id + 1):
             dispatcher.finish(finished)

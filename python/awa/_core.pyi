@@ -202,11 +202,12 @@ class InsertRows:
 class Dispatcher:
     """Claim sizing and the set of jobs one worker process holds.
 
-    Before each claim, :meth:`plan_claim` reserves free slots per queue;
-    :meth:`start` turns a reservation into a running job and
-    :meth:`settle_claim` gives back what the claim did not return (a queue
-    that came back short is skipped until :meth:`mark_ready`).
-    :meth:`finish` frees a slot when a handler returns.
+    Before each claim, :meth:`plan_claim` reserves free slots per queue and
+    names the plan; :meth:`start` turns one of the plan's reservations into a
+    running job and :meth:`settle_claim` gives back what the claim did not
+    return (a queue that came back short is skipped until :meth:`mark_ready`).
+    Several plans may be in flight at once. :meth:`finish` frees a slot when
+    a handler returns.
     """
 
     def __new__(
@@ -223,23 +224,24 @@ class Dispatcher:
         twice, or a count below 1.
         """
 
-    def plan_claim(self) -> tuple[list[str], list[int]] | None:
-        """Reserves free slots and returns ``(queues, counts)`` to claim, or
-        ``None`` when nothing is worth claiming.
+    def plan_claim(self) -> tuple[int, list[str], list[int]] | None:
+        """Reserves free slots and returns ``(plan_id, queues, counts)`` to
+        claim, or ``None`` when nothing is worth claiming. Every plan must
+        be settled with :meth:`settle_claim`."""
 
-        Raises ``RuntimeError`` while a previous plan is not yet settled.
+    def start(self, plan_id: int, job_id: int, run_lease: int, queue: str) -> bool:
+        """Records a job claimed by plan ``plan_id`` as running in one of the
+        plan's reserved slots of ``queue``.
+
+        Returns ``False`` (and changes nothing) when the plan is unknown or
+        has no reservation left for the queue, the queue is not served here,
+        or the job is already held.
         """
 
-    def start(self, job_id: int, run_lease: int, queue: str) -> bool:
-        """Records a claimed job as running in one reserved slot of ``queue``.
-
-        Returns ``False`` (and changes nothing) when the queue has no reserved
-        slot, is not served here, or the job is already held.
-        """
-
-    def settle_claim(self) -> None:
-        """Ends the pending plan: gives back reservations no job started in,
-        and marks a queue that returned fewer jobs than asked as empty."""
+    def settle_claim(self, plan_id: int) -> None:
+        """Ends a plan: gives back reservations no job started in, and marks
+        a queue that returned fewer jobs than asked as empty. Raises
+        ``RuntimeError`` for an unknown (or already settled) plan."""
 
     def finish(self, job_id: int) -> bool:
         """Frees the slot of a finished job (an unknown id is ignored);

@@ -9,7 +9,8 @@ import importlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from awa.client import AsyncClient
 from awa.errors import AwaError, ConfigurationError
@@ -27,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(asyncio.run(options.run(options)))
+        return int(event_loop_runner(options.loop)(options.run(options)))
     except (AwaError, OSError) as error:
         print(f"awa: {error}", file=sys.stderr)
         return 1
@@ -38,6 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="awa", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop: uvloop when installed (awa-queue[uvloop]), else asyncio's",
+    )
     commands = parser.add_subparsers(required=True, metavar="command")
 
     migrate = commands.add_parser("migrate", help="bring the awa schema up to date")
@@ -72,6 +79,21 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs", type=int, default=300, help="how many jobs to enqueue")
     demo.set_defaults(run=_demo)
     return parser
+
+
+def event_loop_runner(choice: str) -> Callable[[Coroutine[Any, Any, int]], int]:
+    """``asyncio.run``, or ``uvloop.run`` when asked for or (``auto``) installed."""
+    if choice == "asyncio":
+        return asyncio.run
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigurationError(
+                "--loop uvloop needs uvloop: pip install 'awa-queue[uvloop]'"
+            ) from None
+        return asyncio.run
+    return uvloop.run
 
 
 def _database_option(parser: argparse.ArgumentParser) -> None:

@@ -22,9 +22,11 @@ async def test_the_quick_start_runs(database_url, conn, tmp_path):
     script = tmp_path / "quick_start.py"
     script.write_text(quick_start(), encoding="utf-8")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script),
+        sys.executable,
+        str(script),
         env={**os.environ, "AWA_DATABASE_URL": database_url},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()

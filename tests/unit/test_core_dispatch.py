@@ -2,7 +2,7 @@
 jobs this worker holds.
 
 A claim is plan → start (once per job the database returned) → settle;
-finish frees a slot when a handler returns.
+several plans may be in flight. finish frees a slot when a handler returns.
 """
 
 from __future__ import annotations
@@ -14,14 +14,21 @@ import pytest
 from awa import _core
 
 
+def wanted(plan: tuple[int, list[str], list[int]] | None) -> tuple[list[str], list[int]] | None:
+    """A plan without its id: ``(queues, counts)``."""
+    return None if plan is None else (plan[1], plan[2])
+
+
 def claim(dispatcher: _core.Dispatcher, jobs: Iterable[tuple[int, str]]) -> list[bool]:
     """One claim round: plan, start ``(job_id, queue)`` pairs, settle.
 
     Returns what ``start`` said for each job. Leases are the job id * 10.
     """
-    dispatcher.plan_claim()
-    started = [dispatcher.start(job_id, job_id * 10, queue) for job_id, queue in jobs]
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    plan_id = plan[0] if plan is not None else -1
+    started = [dispatcher.start(plan_id, job_id, job_id * 10, queue) for job_id, queue in jobs]
+    if plan is not None:
+        dispatcher.settle_claim(plan_id)
     return started
 
 
@@ -36,22 +43,43 @@ def fill(dispatcher: _core.Dispatcher, queue: str, first_id: int, count: int) ->
 
 def test_a_plan_reserves_free_slots_up_to_the_batch_size() -> None:
     dispatcher = _core.Dispatcher([("email", 8), ("default", 32)], claim_batch_max=10)
-    assert dispatcher.plan_claim() == (["email", "default"], [8, 10])
+    assert wanted(dispatcher.plan_claim()) == (["email", "default"], [8, 10])
 
 
-def test_planning_twice_without_settling_raises() -> None:
+def test_two_plans_in_flight_reserve_different_slots() -> None:
+    dispatcher = _core.Dispatcher([("q", 10)], 4)
+    first, second = dispatcher.plan_claim(), dispatcher.plan_claim()
+    assert first is not None and second is not None
+    assert first[0] != second[0]
+    assert wanted(first) == wanted(second) == (["q"], [4])
+    assert dispatcher.start(second[0], 1, 10, "q") is True
+    dispatcher.settle_claim(first[0])  # came back empty
+    dispatcher.settle_claim(second[0])
+    assert dispatcher.running("q") == 1
+    assert dispatcher.can_claim() is False  # both claims came back short
+
+
+def test_a_job_counts_against_its_own_plan_only() -> None:
+    dispatcher = _core.Dispatcher([("q", 10)], 2)
+    first, second = dispatcher.plan_claim(), dispatcher.plan_claim()
+    assert first is not None and second is not None
+    assert [dispatcher.start(first[0], job_id, 1, "q") for job_id in (1, 2, 3)] == [
+        True,
+        True,
+        False,
+    ]
+    assert dispatcher.start(second[0], 3, 1, "q") is True
+
+
+def test_settling_an_unknown_plan_raises() -> None:
     dispatcher = _core.Dispatcher([("q", 4)], 10)
-    dispatcher.plan_claim()
-    with pytest.raises(RuntimeError, match=r"settle_claim\(\) must be called"):
-        dispatcher.plan_claim()
-    dispatcher.settle_claim()
-    assert dispatcher.can_claim() is False  # the claim came back empty
-
-
-def test_settling_without_a_plan_changes_nothing() -> None:
-    dispatcher = _core.Dispatcher([("q", 4)], 10)
-    dispatcher.settle_claim()
-    assert dispatcher.plan_claim() == (["q"], [4])
+    with pytest.raises(RuntimeError, match="no claim plan 7 is pending"):
+        dispatcher.settle_claim(7)
+    plan = dispatcher.plan_claim()
+    assert plan is not None
+    dispatcher.settle_claim(plan[0])
+    with pytest.raises(RuntimeError):
+        dispatcher.settle_claim(plan[0])
 
 
 def test_an_empty_plan_is_none_and_needs_no_settling() -> None:
@@ -64,13 +92,14 @@ def test_an_empty_plan_is_none_and_needs_no_settling() -> None:
 def test_a_full_claim_keeps_the_queue_ready_for_the_rest() -> None:
     dispatcher = _core.Dispatcher([("q", 25)], claim_batch_max=10)
     fill(dispatcher, "q", 1, 10)
-    assert dispatcher.plan_claim() == (["q"], [10])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["q"], [10])
+    dispatcher.settle_claim(plan[0])
 
 
 def test_the_global_cap_spans_queues() -> None:
     dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=6)
-    assert dispatcher.plan_claim() == (["a", "b"], [5, 1])
+    assert wanted(dispatcher.plan_claim()) == (["a", "b"], [5, 1])
 
 
 def test_the_global_cap_counts_running_jobs() -> None:
@@ -79,8 +108,9 @@ def test_the_global_cap_counts_running_jobs() -> None:
     assert dispatcher.can_claim() is False
     assert dispatcher.plan_claim() is None
     assert dispatcher.finish(2) is True
-    assert dispatcher.plan_claim() == (["a"], [1])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["a"], [1])
+    dispatcher.settle_claim(plan[0])
 
 
 # ── starting jobs ───────────────────────────────────────────────────────
@@ -120,7 +150,7 @@ def test_a_job_of_an_unserved_queue_is_not_started() -> None:
 
 def test_a_job_started_without_a_plan_is_refused() -> None:
     dispatcher = _core.Dispatcher([("q", 3)], 10)
-    assert dispatcher.start(1, 1, "q") is False
+    assert dispatcher.start(1, 1, 1, "q") is False
 
 
 # ── settling ────────────────────────────────────────────────────────────
@@ -130,8 +160,9 @@ def test_settling_gives_back_unused_reservations() -> None:
     dispatcher = _core.Dispatcher([("q", 10)], 10)
     fill(dispatcher, "q", 1, 3)
     dispatcher.mark_ready("q")
-    assert dispatcher.plan_claim() == (["q"], [7])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["q"], [7])
+    dispatcher.settle_claim(plan[0])
 
 
 def test_a_short_claim_marks_the_queue_empty_until_marked_ready() -> None:
@@ -141,8 +172,9 @@ def test_a_short_claim_marks_the_queue_empty_until_marked_ready() -> None:
     assert dispatcher.plan_claim() is None
     assert dispatcher.mark_ready("q") is True
     assert dispatcher.can_claim() is True
-    assert dispatcher.plan_claim() == (["q"], [9])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["q"], [9])
+    dispatcher.settle_claim(plan[0])
 
 
 def test_a_failed_claim_marks_every_planned_queue_empty() -> None:
@@ -150,8 +182,9 @@ def test_a_failed_claim_marks_every_planned_queue_empty() -> None:
     assert claim(dispatcher, []) == []
     assert dispatcher.can_claim() is False
     dispatcher.mark_all_ready()
-    assert dispatcher.plan_claim() == (["a", "b"], [2, 2])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["a", "b"], [2, 2])
+    dispatcher.settle_claim(plan[0])
 
 
 def test_marking_an_unserved_queue_ready_says_so() -> None:
@@ -164,8 +197,9 @@ def test_only_the_short_queue_is_marked_empty() -> None:
     claim(dispatcher, [(1, "full"), (2, "full"), (3, "short")])
     assert dispatcher.plan_claim() is None  # "full" is at its limit, "short" drained
     dispatcher.mark_ready("short")
-    assert dispatcher.plan_claim() == (["short"], [2])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["short"], [2])
+    dispatcher.settle_claim(plan[0])
 
 
 # ── finishing ───────────────────────────────────────────────────────────
@@ -178,8 +212,9 @@ def test_finishing_frees_the_slot_and_says_a_claim_could_take_it() -> None:
     assert dispatcher.finish(1) is True
     assert dispatcher.running("q") == 1
     assert dispatcher.lease_of(1) is None
-    assert dispatcher.plan_claim() == (["q"], [1])
-    dispatcher.settle_claim()
+    plan = dispatcher.plan_claim()
+    assert wanted(plan) == (["q"], [1])
+    dispatcher.settle_claim(plan[0])
 
 
 def test_finishing_in_a_drained_queue_says_no_claim_is_worth_it() -> None:
