@@ -36,10 +36,13 @@ DEFAULT_AWA_PYTHON = "/work/main/.venv/bin/python"
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # Column order of the table. The first is ours, the second the floor, the rest are peers.
-SYSTEMS = ["awa_queue", "floor", "awa_pg", "pgqueuer", "procrastinate"]
+SYSTEMS = ["awa_queue", "awa_queue_uvloop", "floor", "awa_pg", "pgqueuer", "procrastinate"]
+# Run with the awa interpreter (--awa-python) rather than a venv of their own.
+AWA_SYSTEMS = {"awa_queue", "awa_queue_uvloop"}
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 LABELS = {
     "awa_queue": "awa-queue",
+    "awa_queue_uvloop": "awa-queue (uvloop)",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
     "pgqueuer": "pgqueuer 1.6.0",
@@ -48,6 +51,7 @@ LABELS = {
 # How to check that an interpreter can run a system's driver.
 IMPORT_CHECKS = {
     "awa_queue": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_uvloop": "import asyncpg, awa, uvloop; awa.AsyncClient",
     "floor": "import asyncpg",
     "awa_pg": "import asyncpg, awa; awa.AsyncClient",
     "pgqueuer": "import asyncpg, uvloop, pgqueuer",
@@ -157,7 +161,7 @@ def ensure_venv(system: str) -> Path:
 def find_interpreter(system: str, awa_python: str) -> tuple[str | None, str]:
     """Return (python, "") if the system can run here, else (None, why not)."""
     try:
-        python = shutil.which(awa_python) if system == "awa_queue" else str(ensure_venv(system))
+        python = shutil.which(awa_python) if system in AWA_SYSTEMS else str(ensure_venv(system))
     except (subprocess.CalledProcessError, OSError) as exc:
         return None, f"could not create its virtualenv: {exc}"
     if python is None:

@@ -14,7 +14,7 @@ import asyncpg
 
 from awa import _core
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues
-from awa.db import Database
+from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, ValidationError
 from awa.job import Job, JobState
 from awa.migrations import migrate
@@ -112,7 +112,10 @@ class AsyncClient:
                     self._db = Database(self._pool, owns_pool=False)
                 else:
                     pool = await asyncpg.create_pool(
-                        self._resolve_url(), min_size=1, max_size=self._max_connections
+                        self._resolve_url(),
+                        min_size=1,
+                        max_size=self._max_connections,
+                        reset=reset_if_changed,
                     )
                     self._db = Database(pool, owns_pool=True)
         return self._db

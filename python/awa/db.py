@@ -54,6 +54,28 @@ class Statement:
         return await connection.execute(self.sql, *args)  # type: ignore[no-any-return]
 
 
+# Backend pids of pooled connections whose session state (settings, LISTENs,
+# advisory locks) a service changed: only those pay for the full reset query
+# when they go back to the pool.
+_changed_sessions: set[int] = set()
+
+
+def session_changed(connection: Any) -> None:
+    """Marks a pooled connection whose session must be reset before reuse."""
+    _changed_sessions.add(connection.get_server_pid())
+
+
+async def reset_if_changed(connection: Any) -> None:
+    """The pool's reset hook. asyncpg's default runs ``RESET ALL``, ``UNLISTEN
+    *`` and friends on every release, one more round trip per checkout; awa's
+    own pool runs it only for connections marked by :func:`session_changed`
+    (open transactions are rolled back by the pool either way)."""
+    pid = connection.get_server_pid()
+    if pid in _changed_sessions:
+        _changed_sessions.discard(pid)
+        await connection.execute(connection.get_reset_query())
+
+
 def affected_rows(status: str) -> int:
     """The row count of a command status such as ``UPDATE 42``."""
     tail = status.rpartition(" ")[2]

@@ -13,7 +13,7 @@ import logging
 from typing import Any, Final
 
 from awa import sql
-from awa.db import Database
+from awa.db import Database, session_changed
 
 log = logging.getLogger("awa.migrations")
 
@@ -30,6 +30,7 @@ async def migrate(db: Database, connection: Any = None) -> list[int]:
 
 
 async def _migrate_locked(db: Database, connection: Any) -> list[int]:
+    session_changed(connection)
     await db.execute("schema_migrations_lock", MIGRATION_LOCK_KEY, connection=connection)
     try:
         await db.execute("schema_migrations_bootstrap", connection=connection)

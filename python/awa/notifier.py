@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database
+from awa.db import TRANSIENT_ERRORS, Database, session_changed
 
 log = logging.getLogger("awa.notifier")
 
@@ -52,6 +52,7 @@ class Notifier:
     async def _listen_until_stopped_or_lost(self) -> None:
         lost = asyncio.Event()
         async with self._db.pool.acquire() as connection:
+            session_changed(connection)
             connection.add_termination_listener(lambda _connection: lost.set())
             await connection.add_listener(CHANNEL, self._on_notification)
             self.listening.set()

@@ -31,7 +31,7 @@ from typing import Any
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database
+from awa.db import TRANSIENT_ERRORS, Database, session_changed
 
 log = logging.getLogger("awa.producer")
 
@@ -84,6 +84,7 @@ class Producer:
         while not self._stopping:
             try:
                 async with self._db.pool.acquire() as connection:
+                    session_changed(connection)
                     await self._prepare_session.execute(connection)
                     await self._claim_loop(connection)
                 return

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database
+from awa.db import TRANSIENT_ERRORS, Database, session_changed
 
 log = logging.getLogger("awa.leader")
 
@@ -59,6 +59,7 @@ class Leader:
 
     async def _compete(self, connection: Any) -> None:
         while not self._stop.is_set():
+            session_changed(connection)  # it may hold the leader lock when released
             if await self._db.fetchval("locks_try_leader", LEADER_LOCK_KEY, connection=connection):
                 try:
                     await self._lead(connection)
