@@ -25,8 +25,13 @@ async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn
         held = [await pool.acquire() for _ in range(pool.get_max_size())]
         try:
             for connection in held:
-                assert await connection.fetchval("SHOW synchronous_commit") == "on"
-                assert await connection.fetchval("SELECT count(*) FROM pg_listening_channels()") == 0
+                set_by = await connection.fetchval(
+                    "SELECT source FROM pg_settings WHERE name = 'synchronous_commit'"
+                )
+                assert set_by != "session"
+                assert (
+                    await connection.fetchval("SELECT count(*) FROM pg_listening_channels()") == 0
+                )
         finally:
             for connection in held:
                 await pool.release(connection)
