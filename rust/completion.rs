@@ -48,6 +48,18 @@ impl Columns {
         self.ids.is_empty()
     }
 
+    /// Keeps the first `at` rows and returns the others.
+    fn split_off(&mut self, at: usize) -> Columns {
+        Columns {
+            ids: self.ids.split_off(at),
+            run_leases: self.run_leases.split_off(at),
+            states: self.states.split_off(at),
+            delays_s: self.delays_s.split_off(at),
+            refunds: self.refunds.split_off(at),
+            errors: self.errors.split_off(at),
+        }
+    }
+
     fn push(&mut self, row: Row) {
         self.ids.push(row.id);
         self.run_leases.push(row.run_lease);
@@ -92,6 +104,8 @@ pub struct CompletionBatch {
     max_rows: usize,
     max_age_s: f64,
     oldest_at: Option<f64>,
+    /// Rows left over by a partial `take` are due at once.
+    leftover: bool,
     jitter: Jitter,
 }
 
@@ -110,6 +124,7 @@ impl CompletionBatch {
             max_rows,
             max_age_s,
             oldest_at: None,
+            leftover: false,
             jitter: Jitter::new(seed),
         })
     }
@@ -210,23 +225,32 @@ impl CompletionBatch {
     pub fn is_due(&self, now: f64) -> bool {
         match self.oldest_at {
             None => false,
-            Some(oldest) => self.len() >= self.max_rows || now - oldest >= self.max_age_s,
+            Some(oldest) => {
+                self.leftover || self.len() >= self.max_rows || now - oldest >= self.max_age_s
+            }
         }
     }
 
     /// Seconds until the age trigger fires (0 when due), `None` when empty.
     pub fn due_in(&self, now: f64) -> Option<f64> {
         let oldest = self.oldest_at?;
-        if self.len() >= self.max_rows {
+        if self.leftover || self.len() >= self.max_rows {
             return Some(0.0);
         }
         Some((oldest + self.max_age_s - now).max(0.0))
     }
 
-    /// Hands out everything buffered and starts a new batch.
+    /// Hands out the oldest `max_rows` outcomes (all of them when fewer are
+    /// buffered). What stays was part of a due batch, so it is due at once.
     pub fn take(&mut self) -> Columns {
-        self.oldest_at = None;
-        std::mem::take(&mut self.columns)
+        if self.columns.len() <= self.max_rows {
+            self.oldest_at = None;
+            self.leftover = false;
+            return std::mem::take(&mut self.columns);
+        }
+        self.leftover = true;
+        let rest = self.columns.split_off(self.max_rows);
+        std::mem::replace(&mut self.columns, rest)
     }
 
     fn push(
@@ -397,6 +421,21 @@ mod tests {
         assert_eq!(batch.due_in(100.001), Some(0.0));
         batch.take();
         assert!(!batch.is_due(200.0));
+    }
+
+    #[test]
+    fn take_hands_out_at_most_one_batch_oldest_first() {
+        let mut batch = CompletionBatch::new(2, 10.0, 1).unwrap();
+        for id in 1..=5 {
+            batch.completed(attempt(id, 1, 1), 0.0);
+        }
+        assert_eq!(batch.take().ids, [1, 2]);
+        assert!(batch.is_due(0.0), "the rest is due at once");
+        assert_eq!(batch.take().ids, [3, 4]);
+        assert_eq!(batch.due_in(0.0), Some(0.0));
+        assert_eq!(batch.take().ids, [5]);
+        assert!(batch.is_empty());
+        assert_eq!(batch.due_in(0.0), None);
     }
 
     #[test]

@@ -353,8 +353,9 @@ class CompletionBatch:
         """Seconds until a flush is due (0 when it is), ``None`` when empty."""
 
     def take(self) -> _OutcomeColumns:
-        """Hands out every buffered outcome as ``(ids, run_leases, states,
-        delays_s, refunds, errors)`` and starts an empty batch."""
+        """Hands out the oldest ``max_rows`` buffered outcomes (all, when fewer)
+        as ``(ids, run_leases, states, delays_s, refunds, errors)``; what
+        remains is due at once."""
 
     def __len__(self) -> int:
         """The number of outcomes buffered."""

@@ -138,6 +138,8 @@ class AsyncClient:
     @property
     def database_url(self) -> str | None:
         """The URL in use, once connected (``None`` for a caller's pool)."""
+        if self._pool is not None:
+            return None
         if self._embedded is not None:
             return str(self._embedded.url)
         return self._url or os.environ.get("AWA_DATABASE_URL")

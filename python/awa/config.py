@@ -26,7 +26,8 @@ class WorkerConfig:
     global_max_workers: int | None = None
     #: Poll for jobs this often even without notifications (the fallback).
     poll_interval: float = 1.0
-    #: Flush outcomes once this many are buffered…
+    #: Flush outcomes once this many are buffered (and write at most this
+    #: many per statement)…
     flush_batch_size: int = 500
     #: …or once the oldest has waited this long.
     flush_interval: float = 0.001

@@ -114,3 +114,36 @@ async def test_queues_the_worker_does_not_serve_are_left_alone(client, conn):
     await wait_for_state(conn, served.id, "completed")
     await client.shutdown()
     assert (await client.get_job(other.id)).state is awa.JobState.Available
+
+
+async def test_polling_finds_jobs_inserted_without_a_notification(client, conn):
+    @client.task(dict, kind="raw")
+    async def raw(job):
+        return None
+
+    await client.start([("default", 1)], **{**FAST_WORKER, "poll_interval": 0.1})
+    worker = client.worker
+    assert worker is not None
+    await asyncio.wait_for(worker.notifier.listening.wait(), 10)
+    received = worker.notifier.received
+    # Plain SQL, as another service might write it: no pg_notify.
+    job_id = await conn.fetchval("INSERT INTO awa.jobs (kind) VALUES ('raw') RETURNING id")
+    await wait_for_state(conn, job_id, "completed")
+    await client.shutdown()
+    assert worker.notifier.received == received
+
+
+async def test_outcomes_are_written_in_batches_by_size(client, conn):
+    @client.task(dict, kind="quick")
+    async def quick(job):
+        return None
+
+    await client.insert_many([{}] * 40, kind="quick")
+    # The age trigger is far away: only the size trigger can flush.
+    await client.start([("default", 20)], flush_batch_size=10, flush_interval=3600, **FAST_WORKER)
+    await wait_until_settled(conn, 40)
+    worker = client.worker
+    assert worker is not None
+    flushes = worker.completer.flushes
+    await client.shutdown()
+    assert flushes == 4

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 import awa
 from awa.notifier import CHANNEL
+from tests.support import wait_for_state
 
 UTC = datetime.UTC
 
@@ -232,3 +233,43 @@ class _connect:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.connection.close()
+
+
+async def test_a_caller_owned_pool_serves_inserts_and_a_worker(database_url, conn):
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=8)
+    try:
+        async with awa.AsyncClient(pool=pool) as client:
+
+            @client.task(SendEmail)
+            async def send(job):
+                return None
+
+            job = await client.insert(SendEmail(to="p@q.r"))
+            assert client.database_url is None
+            await client.start([("default", 2)], poll_interval=0.1)
+            await wait_for_state(conn, job.id, "completed")
+            await client.shutdown()
+        # Closing the client leaves the caller's pool open.
+        assert await pool.fetchval("SELECT 1") == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_pool_too_small_for_a_worker_is_explained(database_url):
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        async with awa.AsyncClient(pool=pool) as client:
+
+            @client.task(SendEmail)
+            async def send(job):
+                return None
+
+            with pytest.raises(awa.ConfigurationError, match="needs 5"):
+                await client.start()
+    finally:
+        await pool.close()
+
+
+def test_a_url_and_a_pool_together_are_refused():
+    with pytest.raises(awa.ConfigurationError):
+        awa.AsyncClient("postgresql://x", pool=object())  # type: ignore[arg-type]

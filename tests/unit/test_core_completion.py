@@ -260,12 +260,15 @@ def test_a_batch_is_due_as_soon_as_it_is_full() -> None:
     assert batch.due_in(NOW) == 0.0
 
 
-def test_take_hands_out_every_row_in_order_and_empties_the_batch() -> None:
+def test_take_hands_out_at_most_one_batch_oldest_first() -> None:
     batch = new_batch(max_rows=2, max_age_s=0.25)
     batch.completed(1, 10, NOW)
     batch.snooze(2, 20, 1.0, NOW)
     batch.cancelled(3, 30, 1, "no", NOW)
-    assert [row.id for row in rows(batch.take())] == [1, 2, 3]
+    assert [row.id for row in rows(batch.take())] == [1, 2]
+    assert len(batch) == 1
+    assert batch.due_in(NOW) == 0.0  # left over from a due batch: due at once
+    assert [row.id for row in rows(batch.take())] == [3]
     assert len(batch) == 0
     assert batch.take() == ([], [], [], [], [], [])
     assert batch.is_due(NOW + 100) is False
