@@ -141,11 +141,23 @@ pub fn find_nul(json: &str) -> Option<Vec<PathPart>> {
     if !json.contains("\\u0000") {
         return None;
     }
-    let mut finder = NulFinder::default();
+    let mut finder = Scanner {
+        stop_at_nul: true,
+        path: Vec::new(),
+    };
     match parse(json, &mut finder) {
         Err(ParseError::Stopped) => Some(finder.path),
         _ => None,
     }
+}
+
+/// Whether `json` is one valid JSON document (`NaN`, for one, is not).
+pub fn is_valid(json: &str) -> bool {
+    let mut scanner = Scanner {
+        stop_at_nul: false,
+        path: Vec::new(),
+    };
+    parse(json, &mut scanner).is_ok()
 }
 
 /// One step of a path into a JSON document.
@@ -473,14 +485,14 @@ impl Parser<'_> {
     }
 }
 
-/// A builder that builds nothing and stops at the first string holding a
-/// NUL character, remembering where it was.
-#[derive(Default)]
-struct NulFinder {
+/// A builder that builds nothing; with `stop_at_nul` it stops at the first
+/// string holding a NUL character, remembering where it was.
+struct Scanner {
+    stop_at_nul: bool,
     path: Vec<PathPart>,
 }
 
-impl Builder for NulFinder {
+impl Builder for Scanner {
     type Value = ();
     fn null(&mut self) -> Result<(), ParseError> {
         Ok(())
@@ -498,7 +510,7 @@ impl Builder for NulFinder {
         Ok(())
     }
     fn string(&mut self, value: &str) -> Result<(), ParseError> {
-        if value.contains('\0') {
+        if self.stop_at_nul && value.contains('\0') {
             Err(ParseError::Stopped)
         } else {
             Ok(())
@@ -512,7 +524,7 @@ impl Builder for NulFinder {
     }
     fn enter(&mut self, key: Option<&str>, index: Option<usize>) -> Result<(), ParseError> {
         if let Some(key) = key {
-            if key.contains('\0') {
+            if self.stop_at_nul && key.contains('\0') {
                 self.path.push(PathPart::Key(key.replace('\0', "\\u0000")));
                 return Err(ParseError::Stopped);
             }
@@ -678,6 +690,13 @@ mod tests {
         assert!(!writer.f64(f64::INFINITY));
         assert_eq!(writer.out, "1.0,0.1,1e300");
         assert_eq!(read("1e300").unwrap(), Tree::Float(1e300));
+    }
+
+    #[test]
+    fn validity() {
+        assert!(is_valid(r#"{"a": [1, "\u0000"]}"#));
+        assert!(!is_valid(r#"{"a": NaN}"#));
+        assert!(!is_valid("[1,]"));
     }
 
     #[test]

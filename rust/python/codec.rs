@@ -281,7 +281,7 @@ impl Encoder<'_> {
         check_json_has_no_nul(&here, text).map_err(EncodeError::Invalid)?;
         if text.contains("NaN") || text.contains("Infinity") {
             // pydantic can be configured to write these non-JSON constants.
-            if json::parse(text, &mut Validator).is_err() {
+            if !json::is_valid(text) {
                 return Err(self.invalid("holds NaN or an infinity, which JSON cannot store"));
             }
         }
@@ -329,37 +329,6 @@ fn is_instance(
 ) -> PyResult<bool> {
     let class = cell.import(value.py(), module, name)?;
     value.is_instance(class)
-}
-
-/// Accepts any valid JSON and builds nothing.
-struct Validator;
-
-impl Builder for Validator {
-    type Value = ();
-    fn null(&mut self) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn bool(&mut self, _: bool) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn int(&mut self, _: i64) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn big_int(&mut self, _: &str) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn float(&mut self, _: f64) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn string(&mut self, _: &str) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn array(&mut self, _: Vec<()>) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn object(&mut self, _: Vec<(String, ())>) -> Result<(), ParseError> {
-        Ok(())
-    }
 }
 
 /// Reads JSON text into Python objects (dict, list, str, int, float,

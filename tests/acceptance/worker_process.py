@@ -17,15 +17,7 @@ import sys
 import asyncpg
 
 import awa
-
-FAST = {
-    "poll_interval": 0.2,
-    "promote_interval": 0.05,
-    "rescue_interval": 0.1,
-    "heartbeat_interval": 0.1,
-    "heartbeat_staleness": 1.0,
-    "leader_election_interval": 0.1,
-}
+from tests.support import FAST_WORKER
 
 
 async def main(url: str, name: str, mode: str, queue: str) -> None:
@@ -44,7 +36,7 @@ async def main(url: str, name: str, mode: str, queue: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(0.05)
 
-    await client.start([(queue, 8)], **FAST)
+    await client.start([(queue, 8)], **FAST_WORKER)
     print("started", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
