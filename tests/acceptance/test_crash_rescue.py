@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import eventually, states
+from tests.support import eventually, states, wait_for_state
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = 400
@@ -128,3 +128,31 @@ async def test_sigkill_mid_batch_loses_no_job_and_no_stale_attempt_completes(
            WHERE r.worker = 'victim' AND r.run_lease < j.run_lease"""
     )
     assert {row["job_id"] for row in superseded} <= {row["id"] for row in rescued}
+
+
+@pytest.mark.slow
+async def test_a_job_that_kills_its_worker_every_time_fails_with_crash_loop(
+    client, ledger, database_url
+):
+    job = await client.insert({}, kind="crashy", max_crashes=1)
+    # The observer serves another queue: it only takes part in maintenance,
+    # so it is the one left to rescue after each crash.
+    observer = await spawn_worker(database_url, "observer", queue="elsewhere")
+    try:
+        for attempt in (1, 2):
+            victim = await spawn_worker(database_url, f"victim-{attempt}", mode="crash")
+            assert await asyncio.wait_for(victim.wait(), 30) == -signal.SIGKILL
+            if attempt == 1:
+                await wait_for_state(ledger, job.id, "retryable", timeout=30)
+                # Skip the crash backoff instead of waiting for it.
+                await ledger.execute("UPDATE awa.jobs SET run_at = now() WHERE id = $1", job.id)
+        row = await wait_for_state(ledger, job.id, "failed", timeout=30)
+    finally:
+        await stop_worker(observer)
+    assert (row["crashes"], row["attempt"]) == (2, 2)
+    entries = json.loads(row["errors"])
+    assert [entry["type"] for entry in entries] == ["WorkerCrash", "WorkerCrash"]
+    assert [entry["outcome"] for entry in entries] == ["retryable", "failed"]
+    assert "crash_loop" in entries[-1]["message"]
+    runs = await ledger.fetchval("SELECT count(*) FROM test_runs WHERE job_id = $1", job.id)
+    assert runs == 2
