@@ -98,28 +98,24 @@ class Database:
         return found
 
     async def fetch(self, name: str, *args: Any, connection: Any = None) -> list[Record]:
-        if connection is not None:
-            return await self.statement(name).fetch(connection, *args)
-        async with self.pool.acquire() as pooled:
-            return await self.statement(name).fetch(pooled, *args)
+        return await self._run("fetch", name, args, connection)  # type: ignore[no-any-return]
 
     async def fetchrow(self, name: str, *args: Any, connection: Any = None) -> Record | None:
-        if connection is not None:
-            return await self.statement(name).fetchrow(connection, *args)
-        async with self.pool.acquire() as pooled:
-            return await self.statement(name).fetchrow(pooled, *args)
+        return await self._run("fetchrow", name, args, connection)
 
     async def fetchval(self, name: str, *args: Any, connection: Any = None) -> Any:
-        if connection is not None:
-            return await self.statement(name).fetchval(connection, *args)
-        async with self.pool.acquire() as pooled:
-            return await self.statement(name).fetchval(pooled, *args)
+        return await self._run("fetchval", name, args, connection)
 
     async def execute(self, name: str, *args: Any, connection: Any = None) -> str:
+        return await self._run("execute", name, args, connection)  # type: ignore[no-any-return]
+
+    async def _run(self, method: str, name: str, args: tuple[Any, ...], connection: Any) -> Any:
+        """Runs a named query on ``connection``, or on a pooled one when none is given."""
+        run = getattr(self.statement(name), method)
         if connection is not None:
-            return await self.statement(name).execute(connection, *args)
+            return await run(connection, *args)
         async with self.pool.acquire() as pooled:
-            return await self.statement(name).execute(pooled, *args)
+            return await run(pooled, *args)
 
     async def copy_jobs(self, connection: Any, columns: Sequence[str], rows_text: bytes) -> None:
         """COPY rows (PostgreSQL text format) into ``awa.jobs``."""

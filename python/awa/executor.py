@@ -58,12 +58,7 @@ class Executor:
         # Set by the worker once the producer and completer exist.
         self.on_slot_freed: Callable[[bool], None] = lambda _can_claim: None
         self.on_outcome: Callable[[], None] = lambda: None
-        self.started = 0
         self.finished = 0
-
-    @property
-    def running(self) -> dict[int, asyncio.Task[None]]:
-        return self._running
 
     def start(self, row: Any, plan_id: int) -> None:
         """Starts the handler for a row claimed by plan ``plan_id``."""
@@ -75,7 +70,6 @@ class Executor:
             # the job stays claimed and is rescued if this process dies.
             log.error("claimed %r without a free slot; leaving it to the rescuer", job)
             return
-        self.started += 1
         self._running[job.id] = asyncio.create_task(self._run(job), name=f"awa-job-{job.id}")
 
     async def _run(self, job: Job[Any]) -> None:

@@ -58,6 +58,7 @@ class Producer:
         self._claimers = claim_concurrency
         self._wake = asyncio.Event()
         self._stopping = False
+        self._failures = 0  # consecutive failed claims, for the retry backoff
         self.claims = 0
 
     def wake(self, queue: str | None = None) -> None:
@@ -80,7 +81,6 @@ class Producer:
         await asyncio.gather(*(self._claimer() for _ in range(self._claimers)))
 
     async def _claimer(self) -> None:
-        failures = 0
         while not self._stopping:
             try:
                 async with self._db.pool.acquire() as connection:
@@ -89,8 +89,8 @@ class Producer:
                     await self._claim_loop(connection)
                 return
             except Exception as error:  # noqa: BLE001 - keep claiming once the cause clears
-                failures += 1
-                delay = min(MAX_RETRY_DELAY_S, 0.1 * 2**failures)
+                self._failures += 1
+                delay = min(MAX_RETRY_DELAY_S, 0.1 * 2**self._failures)
                 level = logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
                 log.log(
                     level,
@@ -116,6 +116,7 @@ class Producer:
             try:
                 rows = await self._claim.fetch(connection, queues, counts, self._worker_id)
                 self.claims += 1
+                self._failures = 0
                 for row in rows:
                     self._start_job(row, plan_id)
             finally:

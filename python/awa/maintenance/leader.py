@@ -83,7 +83,7 @@ class Leader:
                     return
                 await self._pause(self._interval_s)
                 # Liveness: a broken connection means the lock is gone too.
-                await connection.fetchval("SELECT 1")
+                await self._db.fetchval("locks_check_connection", connection=connection)
         finally:
             for task in tasks:
                 task.cancel()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from awa._events import wait_for_event
 from awa.db import Database
 
 log = logging.getLogger("awa.scheduler")
@@ -28,12 +27,7 @@ class Scheduler:
         self._db = db
         self._interval_s = interval_s
         self._batch_size = batch_size
-        self._wake = asyncio.Event()
         self.promoted = 0
-
-    def wake(self) -> None:
-        """Something just became due sooner than the scheduler expected."""
-        self._wake.set()
 
     async def run(self) -> None:
         while True:
@@ -42,8 +36,7 @@ class Scheduler:
             except Exception as error:  # noqa: BLE001 - keep promoting after a failed pass
                 log.warning("promoting due jobs failed (%s: %s)", type(error).__name__, error)
                 delay = self._interval_s
-            self._wake.clear()
-            await wait_for_event(self._wake, delay)
+            await asyncio.sleep(delay)
 
     async def promote_once(self) -> float:
         """One pass; returns how long to sleep before the next."""
