@@ -50,3 +50,32 @@ class TerminalError(AwaError):
 
 class ConfigurationError(AwaError, ValueError):
     """A worker or client setting is invalid (bad queue list, interval, …)."""
+
+
+class StagingError(TerminalError):
+    """``job.enqueue_on_completion`` refused a follow-up.
+
+    Raised while staging, before anything is written: the follow-up breaks an
+    insert limit (``field`` names it), the attempt already staged 16
+    follow-ups or 64 KiB of them (``field`` is ``follow_ups``), or the handler
+    has returned and staging is closed (``field`` is ``None``). It is a
+    :class:`TerminalError`: the attempt fails without retries, and it still
+    fails if the handler catches the error and returns normally.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UniqueConflict(AwaError):
+    """An insert with ``unique_opts`` met a job that already holds its unique key.
+
+    ``existing_id`` is that job's id (``None`` if it finished and was pruned
+    between the insert and the lookup).
+    """
+
+    def __init__(self, existing_id: int | None) -> None:
+        where = "" if existing_id is None else f" (job {existing_id})"
+        super().__init__(f"a job with the same unique key already exists{where}")
+        self.existing_id = existing_id
