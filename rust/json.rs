@@ -196,6 +196,21 @@ pub trait Builder {
     fn big_int(&mut self, digits: &str) -> Result<Self::Value, ParseError>;
     fn float(&mut self, value: f64) -> Result<Self::Value, ParseError>;
     fn string(&mut self, value: &str) -> Result<Self::Value, ParseError>;
+    /// A number exactly as written (already checked against JSON's number
+    /// grammar). By default it goes to [`Builder::int`], [`Builder::big_int`]
+    /// or [`Builder::float`]; a builder that keeps numbers verbatim
+    /// overrides this.
+    fn number(&mut self, text: &str) -> Result<Self::Value, ParseError> {
+        if text.contains(['.', 'e', 'E']) {
+            // Rust's float syntax is a superset of JSON's number grammar.
+            let value: f64 = text.parse().expect("a JSON number reads as a float");
+            self.float(value)
+        } else if let Ok(value) = text.parse::<i64>() {
+            self.int(value)
+        } else {
+            self.big_int(text)
+        }
+    }
     fn array(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, ParseError>;
     fn object(&mut self, entries: Vec<(String, Self::Value)>) -> Result<Self::Value, ParseError>;
     /// Called before a container's members are read (for path tracking).
@@ -340,9 +355,7 @@ impl Parser<'_> {
         if self.pos == digits_start {
             return Err(self.syntax());
         }
-        let mut is_float = false;
         if self.peek() == Some(b'.') {
-            is_float = true;
             self.pos += 1;
             let fraction_start = self.pos;
             self.skip_digits();
@@ -351,7 +364,6 @@ impl Parser<'_> {
             }
         }
         if matches!(self.peek(), Some(b'e' | b'E')) {
-            is_float = true;
             self.pos += 1;
             if matches!(self.peek(), Some(b'+' | b'-')) {
                 self.pos += 1;
@@ -362,15 +374,7 @@ impl Parser<'_> {
                 return Err(self.syntax());
             }
         }
-        let text = &self.text[start..self.pos];
-        if is_float {
-            let value: f64 = text.parse().map_err(|_| ParseError::Syntax(start))?;
-            builder.float(value)
-        } else if let Ok(value) = text.parse::<i64>() {
-            builder.int(value)
-        } else {
-            builder.big_int(text)
-        }
+        builder.number(&self.text[start..self.pos])
     }
 
     fn string(&mut self) -> Result<String, ParseError> {

@@ -9,7 +9,9 @@ pub mod json;
 pub mod payload;
 pub mod rescue;
 pub mod retry;
+pub mod staging;
 pub mod state;
+pub mod unique;
 
 #[cfg(feature = "python")]
 mod python;

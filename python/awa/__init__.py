@@ -11,6 +11,7 @@ await client.insert(SendEmail(to="a@b.c"))
 await client.start([("email", 8)])
 """
 
+from awa import events, metrics
 from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient
 from awa.config import WorkerConfig
 from awa.errors import (
@@ -18,10 +19,15 @@ from awa.errors import (
     ConfigurationError,
     JobNotFound,
     SchemaNotMigrated,
+    StagingError,
     TerminalError,
+    UniqueConflict,
     UnknownJobKind,
     ValidationError,
 )
+from awa.events import JobEvent, RescueReason
+from awa.followups import EnqueueRequest
+from awa.inserts import DEFAULT_UNIQUE_STATES, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import Cancel, RetryAfter, Snooze
 from awa.tasks import derive_kind
@@ -32,19 +38,28 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_CRASHES",
     "DEFAULT_PRIORITY",
+    "DEFAULT_UNIQUE_STATES",
     "AsyncClient",
     "AwaError",
     "Cancel",
     "ConfigurationError",
+    "EnqueueRequest",
     "Job",
+    "JobEvent",
     "JobNotFound",
     "JobState",
+    "RescueReason",
     "RetryAfter",
     "SchemaNotMigrated",
     "Snooze",
+    "StagingError",
     "TerminalError",
+    "UniqueConflict",
+    "UniqueOpts",
     "UnknownJobKind",
     "ValidationError",
     "WorkerConfig",
     "derive_kind",
+    "events",
+    "metrics",
 ]

@@ -8,15 +8,18 @@ Python layer imports this module.
 
 Limits are checked here so that a bad value raises
 :class:`awa.ValidationError` naming its field (``priority``, ``tags[3]``,
-``args.items[2].name``) before any SQL runs.
+``args.items[2].name``) before any SQL runs; a follow-up a handler stages
+raises :class:`awa.errors.StagingError` instead.
 """
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, Self, TypeAlias, final
+from typing import Any, Final, Literal, Self, TypeAlias, TypedDict, final
 
 __all__ = [
     "MAX_BACKOFF_S",
     "MAX_NAME_CHARS",
+    "MAX_STAGED_BYTES",
+    "MAX_STAGED_FOLLOW_UPS",
     "MAX_TAGS",
     "CompletionBatch",
     "Dispatcher",
@@ -52,6 +55,8 @@ _InsertColumns: TypeAlias = tuple[
     list[int | None],  # run_at in microseconds since the epoch (None: now)
     list[str | None],  # tags as text[] literals (None: no tags)
     list[str | None],  # metadata (compact JSON objects; None: empty)
+    list[bytes | None],  # unique keys, 16 bytes each (None: not unique)
+    list[int | None],  # unique states masks, 1-255 (None: not unique)
 ]
 
 MAX_BACKOFF_S: Final[float]
@@ -62,6 +67,32 @@ MAX_TAGS: Final[int]
 
 MAX_NAME_CHARS: Final[int]
 """Kinds, queues and each tag are 1 to this many characters (200)."""
+
+MAX_STAGED_FOLLOW_UPS: Final[int]
+"""A handler may stage at most this many follow-ups per attempt (16)."""
+
+MAX_STAGED_BYTES: Final[int]
+"""A handler may stage at most this many bytes of follow-ups per attempt
+(65 536): the UTF-8 bytes of each follow-up's kind, queue, args JSON,
+metadata JSON and tags, summed."""
+
+_UniqueOptions: TypeAlias = tuple[bool, bool, int | None, int]
+"""``(by_args, by_queue, period_s, states_mask)`` for :meth:`InsertRows.add`."""
+
+class _StagedRow(TypedDict):
+    """One row of :meth:`InsertRows.rows`."""
+
+    kind: str
+    queue: str
+    args: str
+    priority: int
+    max_attempts: int
+    max_crashes: int | None
+    run_at_us: int | None
+    tags: list[str] | None
+    metadata: str | None
+    unique_key: bytes | None
+    unique_states: int | None
 
 def derive_kind(class_name: str) -> str:
     """Returns the job kind for an argument class name, in snake case.
@@ -131,15 +162,24 @@ def plan_rescue(
 
 @final
 class InsertRows:
-    """Validated, encoded jobs for every insert path (one row, many, COPY).
+    """Validated, encoded jobs for every insert path (one row, many, COPY),
+    and the follow-ups a handler stages.
 
     :meth:`add` checks every insert limit and encodes one job; the rows then
     come out either as one list per column (:meth:`columns`) or as
     PostgreSQL COPY text (:meth:`copy_text`).
+
+    A staging set (``staging=True``) holds the follow-ups one attempt
+    stages: it admits at most :data:`MAX_STAGED_FOLLOW_UPS` rows and
+    :data:`MAX_STAGED_BYTES` bytes, raises
+    :class:`awa.errors.StagingError` instead of
+    :class:`awa.ValidationError`, and refuses everything once
+    :meth:`seal` has closed it.
     """
 
-    def __new__(cls, capacity: int = 1) -> Self:
-        """Starts an empty set of rows with room for ``capacity`` jobs."""
+    def __new__(cls, capacity: int = 1, *, staging: bool = False) -> Self:
+        """Starts an empty set of rows with room for ``capacity`` jobs; a
+        staging set when ``staging``."""
 
     def add(
         self,
@@ -153,6 +193,8 @@ class InsertRows:
         tags: Sequence[str] | None,
         metadata: object,
         batch: bool = False,
+        unique: _UniqueOptions | None = None,
+        now_us: int | None = None,
     ) -> None:
         """Checks every limit and appends one encoded job.
 
@@ -165,9 +207,25 @@ class InsertRows:
         Integers must be ``int`` (``bool`` is refused) and no text may hold a
         NUL character.
 
+        ``unique``, ``(by_args, by_queue, period_s, states_mask)``, gives the
+        job a unique key: the first 16 bytes of SHA-256 over its kind, its
+        queue when ``by_queue``, its args with object keys sorted when
+        ``by_args``, and the number of the ``period_s``-second period holding
+        ``now_us`` when ``period_s`` is not ``None`` (``now_us``, microseconds
+        since the epoch, is then required). ``states_mask`` (1-255) names
+        the states in which an existing job conflicts; ``period_s`` must be
+        at least 1. Errors name ``unique_opts``, ``unique_opts.states`` or
+        ``unique_opts.by_period``.
+
         Raises :class:`awa.ValidationError` whose ``field`` names the value;
         with ``batch`` its message is prefixed with the job's position
         (``jobs[3].priority: …``). A refused job is not added.
+
+        In a staging set every refusal is :class:`awa.errors.StagingError`
+        instead (``batch`` adds no prefix): with the value's ``field``; with
+        ``field`` ``follow_ups`` when the job would be the 17th of the attempt
+        or take it past :data:`MAX_STAGED_BYTES` (a refused job consumes no
+        budget); and with ``field`` ``None`` once the set is sealed.
         """
 
     def __len__(self) -> int:
@@ -176,7 +234,36 @@ class InsertRows:
     def columns(self) -> _InsertColumns:
         """One list per column, for ``INSERT … SELECT … FROM unnest(...)``:
         ``(kinds, queues, args, priorities, max_attempts, max_crashes,
-        run_at_us, tags, metadata)``; tags as ``text[]`` literals."""
+        run_at_us, tags, metadata, unique_keys, unique_states)``; tags as
+        ``text[]`` literals."""
+
+    def rows(self) -> list[_StagedRow]:
+        """One dict per row, in order, for showing staged follow-ups:
+        ``args`` and ``metadata`` as JSON text, ``tags`` as a list (``None``
+        for no tags, ``metadata`` ``None`` for none)."""
+
+    def has_unique(self) -> bool:
+        """Whether any row carries a unique key."""
+
+    def extend(self, other: InsertRows) -> None:
+        """Appends every row of ``other`` (which may be this set), unique keys
+        included. Raises ``ValueError`` on a staging set, whose limits this
+        would bypass."""
+
+    def seal(self) -> None:
+        """Closes a staging set: the handler has returned, and :meth:`add`
+        raises :class:`awa.errors.StagingError` from now on. Raises
+        ``ValueError`` on a set that is not a staging set."""
+
+    @property
+    def sealed(self) -> bool:
+        """Whether this staging set is closed (always ``False`` for other
+        sets)."""
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes staged so far, counted as for :data:`MAX_STAGED_BYTES` (0 for
+        sets that are not staging sets)."""
 
     def copy_text(self, now_us: int, ids: Sequence[int] | None = None) -> bytes:
         """The rows in PostgreSQL's COPY text format, for the columns

@@ -6,7 +6,6 @@ import asyncio
 import datetime
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -15,10 +14,21 @@ import asyncpg
 from awa import _core
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues
 from awa.db import Database, reset_if_changed
-from awa.errors import ConfigurationError, JobNotFound, ValidationError
+from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
+from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
+from awa.inserts import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_CRASHES,
+    DEFAULT_PRIORITY,
+    UniqueOpts,
+    add_job,
+    check_option_names,
+    now_us,
+)
 from awa.job import Job, JobState
+from awa.lifecycle import Lifecycle
 from awa.migrations import migrate
-from awa.tasks import Registry, Task
+from awa.tasks import Registry, Task, decoder_for
 from awa.worker import Worker
 
 log = logging.getLogger("awa.client")
@@ -27,17 +37,10 @@ T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 R = TypeVar("R")
 
-DEFAULT_PRIORITY: Final = 2
-DEFAULT_MAX_ATTEMPTS: Final = 25
-#: Crashes (worker died mid-attempt) a job survives before it fails with
-#: ``crash_loop``. ``None`` means unbounded.
-DEFAULT_MAX_CRASHES: Final = 5
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_MAX_CRASHES", "DEFAULT_PRIORITY", "AsyncClient"]
+
 DEFAULT_LIST_LIMIT: Final = 100
 MAX_LIST_LIMIT: Final = 10_000
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MICROSECOND: Final = datetime.timedelta(microseconds=1)
-
-_UNSET: Any = object()
 
 
 class AsyncClient:
@@ -71,6 +74,7 @@ class AsyncClient:
         self._pool = pool
         self._max_connections = max_connections
         self._registry = Registry()
+        self._lifecycle = Lifecycle(self._registry)
         self._db: Database | None = None
         self._db_lock = asyncio.Lock()
         self._embedded: Any = None
@@ -100,6 +104,159 @@ class AsyncClient:
     def tasks(self) -> Mapping[str, Task]:
         """Registered tasks by kind."""
         return dict(self._registry.by_kind)
+
+    # ── lifecycle hooks ─────────────────────────────────────────────────
+
+    def on_event(
+        self, args_type: type[T] | Any, hook: Callable[[Any], Any], *, kind: str | None = None
+    ) -> None:
+        """Calls ``hook(event)`` for every lifecycle event of jobs with these
+        arguments; ``event.args`` is an instance of ``args_type``.
+
+        Hooks observe committed transitions (see :mod:`awa.events`), after
+        the commit and off the worker's path: they never hold a slot or
+        delay claiming, flushing or shutdown, and may be lost if the process
+        dies. Several hooks per kind run one after another in registration
+        order; one that raises is logged and the next still runs. ``async
+        def`` hooks run on the event loop, plain ones in a thread pool.
+        ``kind`` is needed when the task was registered with a custom kind.
+        """
+        job_kind = self._registry.kind_of_type(args_type, kind)
+        self._lifecycle.hooks.add(job_kind, hook, decoder_for(args_type))
+
+    def on_event_kind(self, kind: str, hook: Callable[[Any], Any]) -> None:
+        """Like :meth:`on_event`, keyed by the kind; ``event.args`` is a plain dict."""
+        self._lifecycle.hooks.add(self._registry.kind_of_type(dict, kind), hook, None)
+
+    # ── durable follow-ups ──────────────────────────────────────────────
+
+    def _on_enqueue(
+        self,
+        outcome: str,
+        trigger: Any,
+        closure: Callable[..., Any],
+        kind: str | None,
+        *,
+        returns_request: bool,
+    ) -> None:
+        self._lifecycle.follow_ups.add(
+            self._registry.kind_of_type(trigger, kind),
+            outcome,
+            closure,
+            decoder_for(trigger),
+            returns_request=returns_request,
+        )
+
+    def on_completed_enqueue(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any]], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """When a job with ``trigger`` arguments completes, inserts the job whose
+        arguments ``closure(args, job)`` returns, in the completion's own
+        transaction: both commit or neither does. ``job`` is the completed
+        row. If the closure raises, the completion is rolled back and the
+        attempt recorded as a failure instead. The closure may also return
+        an :class:`awa.EnqueueRequest` to set insert options.
+        """
+        self._on_enqueue(COMPLETED, trigger, closure, kind, returns_request=False)
+
+    def on_completed_enqueue_with(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any]], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """Like :meth:`on_completed_enqueue`; the closure returns an
+        :class:`awa.EnqueueRequest`, or ``None`` to insert nothing."""
+        self._on_enqueue(COMPLETED, trigger, closure, kind, returns_request=True)
+
+    def on_cancelled_enqueue(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any], str], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """On cancellation: ``closure(args, job, reason)``, in the same transaction."""
+        self._on_enqueue(CANCELLED, trigger, closure, kind, returns_request=False)
+
+    def on_cancelled_enqueue_with(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any], str], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """:meth:`on_cancelled_enqueue` returning an ``EnqueueRequest`` or ``None``."""
+        self._on_enqueue(CANCELLED, trigger, closure, kind, returns_request=True)
+
+    def on_retried_enqueue(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """When a failed attempt will be retried: ``closure(args, job, error,
+        attempt, next_run_at)``, in the same transaction."""
+        self._on_enqueue(RETRIED, trigger, closure, kind, returns_request=False)
+
+    def on_retried_enqueue_with(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """:meth:`on_retried_enqueue` returning an ``EnqueueRequest`` or ``None``."""
+        self._on_enqueue(RETRIED, trigger, closure, kind, returns_request=True)
+
+    def on_exhausted_enqueue(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """When the job fails for good (no attempts left, or a terminal error):
+        ``closure(args, job, error, attempt)``, in the same transaction."""
+        self._on_enqueue(EXHAUSTED, trigger, closure, kind, returns_request=False)
+
+    def on_exhausted_enqueue_with(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """:meth:`on_exhausted_enqueue` returning an ``EnqueueRequest`` or ``None``."""
+        self._on_enqueue(EXHAUSTED, trigger, closure, kind, returns_request=True)
+
+    def on_waiting_for_callback_enqueue(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any]], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """When the job parks for a callback: ``closure(args, job)``, in the same
+        transaction."""
+        self._on_enqueue(WAITING_FOR_CALLBACK, trigger, closure, kind, returns_request=False)
+
+    def on_waiting_for_callback_enqueue_with(
+        self,
+        trigger: type[T] | Any,
+        closure: Callable[[Any, Job[Any]], Any],
+        *,
+        kind: str | None = None,
+    ) -> None:
+        """:meth:`on_waiting_for_callback_enqueue` returning an ``EnqueueRequest`` or ``None``."""
+        self._on_enqueue(WAITING_FOR_CALLBACK, trigger, closure, kind, returns_request=True)
+
+    def on_rescued_enqueue(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """When maintenance rescues the job: ``closure(args, job, reason)``.
+
+        Best effort: the rescue commits first and the follow-up is inserted
+        in a transaction of its own; if that fails it is logged and the
+        rescue stands.
+        """
+        self._on_enqueue(RESCUED, trigger, closure, kind, returns_request=False)
+
+    def on_rescued_enqueue_with(
+        self, trigger: type[T] | Any, closure: Callable[..., Any], *, kind: str | None = None
+    ) -> None:
+        """:meth:`on_rescued_enqueue` returning an ``EnqueueRequest`` or ``None``."""
+        self._on_enqueue(RESCUED, trigger, closure, kind, returns_request=True)
 
     # ── connections and schema ──────────────────────────────────────────
 
@@ -164,6 +321,7 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> Job[Any]:
         """Inserts one job and returns it.
@@ -176,24 +334,30 @@ class AsyncClient:
         violations raise :class:`awa.ValidationError` naming the field. A
         ``run_at`` in the past makes the job available at once; a
         ``timedelta`` is counted from now.
+
+        With ``unique_opts`` (:class:`awa.UniqueOpts` or a dict of its
+        fields; ``{}`` for the defaults) the job is not inserted when another
+        job with the same unique key is in one of the blocking states:
+        :class:`awa.UniqueConflict` is raised, naming that job, and a
+        caller's transaction stays usable.
         """
         rows = _core.InsertRows(1)
-        self._add(
+        add_job(
             rows,
+            self._registry,
             args,
-            kind,
-            queue,
-            priority,
-            max_attempts,
-            max_crashes,
-            run_at,
-            tags,
-            metadata,
-            batch=False,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_crashes=max_crashes,
+            run_at=run_at,
+            tags=tags,
+            metadata=metadata,
+            unique_opts=unique_opts,
         )
-        kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas = (
-            rows.columns()
-        )
+        (kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas,
+         unique_keys, unique_states) = rows.columns()  # fmt: skip
         db = await self._database()
         await db.require_schema(connection)
         row = await db.fetchrow(
@@ -207,8 +371,13 @@ class AsyncClient:
             tag_lits[0],
             run_ats[0],
             metas[0],
+            unique_keys[0],
+            unique_states[0],
             connection=connection,
         )
+        if row is None:
+            holder = await db.fetchval("jobs_unique_holder", unique_keys[0], connection=connection)
+            raise UniqueConflict(holder)
         return self._job(row)
 
     async def insert_many(
@@ -223,6 +392,7 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> list[Job[Any]]:
@@ -230,10 +400,22 @@ class AsyncClient:
 
         Keyword arguments apply to every job; ``opts[i]`` (a dict of the same
         keywords) overrides them for ``jobs[i]``. Validation is all or
-        nothing: one bad job raises before anything is written.
+        nothing: one bad job raises before anything is written. Jobs with
+        ``unique_opts`` whose key is already held are skipped, so the list
+        returned can be shorter than ``jobs``.
         """
         rows = self._rows(
-            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+            jobs,
+            opts,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_crashes=max_crashes,
+            run_at=run_at,
+            tags=tags,
+            metadata=metadata,
+            unique_opts=unique_opts,
         )
         if not len(rows):
             return []
@@ -264,7 +446,17 @@ class AsyncClient:
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
         rows = self._rows(
-            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+            jobs,
+            opts,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_crashes=max_crashes,
+            run_at=run_at,
+            tags=tags,
+            metadata=metadata,
+            copy=True,
         )
         if not len(rows):
             return []
@@ -296,7 +488,17 @@ class AsyncClient:
     ) -> int:
         """The fastest bulk insert: COPY, returning only how many jobs were written."""
         rows = self._rows(
-            jobs, kind, queue, priority, max_attempts, max_crashes, run_at, tags, metadata, opts
+            jobs,
+            opts,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            max_crashes=max_crashes,
+            run_at=run_at,
+            tags=tags,
+            metadata=metadata,
+            copy=True,
         )
         if not len(rows):
             return 0
@@ -312,9 +514,9 @@ class AsyncClient:
     async def _copy(
         self, db: Database, conn: asyncpg.Connection, rows: Any, ids: list[int] | None
     ) -> None:
-        now_us = _now_us()
-        await db.copy_jobs(conn, rows.copy_columns(ids is not None), rows.copy_text(now_us, ids))
-        queues = rows.available_queues(now_us)
+        now = now_us()
+        await db.copy_jobs(conn, rows.copy_columns(ids is not None), rows.copy_text(now, ids))
+        queues = rows.available_queues(now)
         if queues:
             await db.fetchval("jobs_notify_queues", queues, connection=conn)
 
@@ -331,15 +533,10 @@ class AsyncClient:
     def _rows(
         self,
         jobs: Sequence[Any],
-        kind: str | None,
-        queue: str | None,
-        priority: int,
-        max_attempts: int,
-        max_crashes: int | None,
-        run_at: Any,
-        tags: Sequence[str] | None,
-        metadata: Mapping[str, Any] | None,
         opts: Sequence[Mapping[str, Any] | None] | None,
+        *,
+        copy: bool = False,
+        **defaults: Any,
     ) -> Any:
         if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
             raise ValidationError("jobs: must be a list of job arguments", "jobs")
@@ -347,58 +544,21 @@ class AsyncClient:
             raise ValidationError(
                 f"opts: needs one entry per job ({len(opts)} for {len(jobs)} jobs)", "opts"
             )
-        defaults = {
-            "kind": kind,
-            "queue": queue,
-            "priority": priority,
-            "max_attempts": max_attempts,
-            "max_crashes": max_crashes,
-            "run_at": run_at,
-            "tags": tags,
-            "metadata": metadata,
-        }
         rows = _core.InsertRows(len(jobs))
         for index, args in enumerate(jobs):
             options = defaults
             override = opts[index] if opts is not None else None
             if override:
-                unknown = set(override) - set(defaults)
-                if unknown:
-                    raise ValidationError(
-                        f"opts[{index}]: unknown options {sorted(unknown)}", f"opts[{index}]"
-                    )
+                check_option_names(override, f"opts[{index}]")
                 options = {**defaults, **override}
-            self._add(rows, args, batch=True, **options)
+            if copy and options.get("unique_opts") is not None:
+                raise ValidationError(
+                    f"opts[{index}].unique_opts: COPY cannot skip duplicates; "
+                    "insert unique jobs with insert_many",
+                    f"opts[{index}].unique_opts",
+                )
+            add_job(rows, self._registry, args, batch=True, **options)
         return rows
-
-    def _add(
-        self,
-        rows: Any,
-        args: Any,
-        kind: str | None,
-        queue: str | None,
-        priority: int,
-        max_attempts: int,
-        max_crashes: int | None,
-        run_at: Any,
-        tags: Sequence[str] | None,
-        metadata: Mapping[str, Any] | None,
-        *,
-        batch: bool,
-    ) -> None:
-        kind, queue = self._registry.resolve(args, kind, queue)
-        rows.add(
-            args,
-            kind,
-            queue,
-            priority,
-            max_attempts,
-            max_crashes,
-            _run_at_us(run_at),
-            tags,
-            metadata,
-            batch,
-        )
 
     def _job(self, row: Any) -> Job[Any]:
         task = self._registry.by_kind.get(row["kind"])
@@ -485,7 +645,7 @@ class AsyncClient:
                 f"{config.connections_needed}; raise max_connections (or your pool's max_size)"
             )
         await db.require_schema()
-        worker = Worker(db, self._registry, config)
+        worker = Worker(db, self._lifecycle, config)
         await worker.start()
         self._worker = worker
 
@@ -506,6 +666,7 @@ class AsyncClient:
         """Shuts the worker down (if running) and closes connections; also stops
         the throwaway PostgreSQL if this client started one."""
         await self.shutdown()
+        self._lifecycle.hooks.close()
         if self._db is not None:
             await self._db.close()
             self._db = None
@@ -518,32 +679,3 @@ class AsyncClient:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
-def _run_at_us(run_at: Any) -> int | None:
-    """``run_at`` as microseconds since the epoch (UTC), for the Rust checks."""
-    if run_at is None:
-        return None
-    if isinstance(run_at, datetime.timedelta):
-        micros = _now_us() + run_at // _MICROSECOND
-    elif isinstance(run_at, datetime.datetime):
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise ValidationError(
-                "run_at: must be timezone-aware (e.g. datetime.now(datetime.UTC))", "run_at"
-            )
-        micros = (run_at - _EPOCH) // _MICROSECOND
-    else:
-        raise ValidationError(
-            "run_at: must be a timezone-aware datetime or a timedelta "
-            f"(got {type(run_at).__name__})",
-            "run_at",
-        )
-    # Far beyond the years 1–9999 the Rust check reports; keep it an int64.
-    return max(min(micros, _INT64_MAX), -_INT64_MAX)
-
-
-_INT64_MAX: Final = 2**63 - 1

@@ -11,6 +11,16 @@ State model: each row is guarded by ``(id, run_lease, state = 'running')``;
 rows from stale attempts (rescued, or released at shutdown) match nothing
 and are counted in ``stale``.
 
+Observed outcomes: when an outcome in the batch has hooks, follow-up specs
+or staged follow-ups, the flush becomes one transaction: the guarded
+update, then the changed rows read back, then their follow-ups inserted,
+then the commit; events go to hooks only after it. If a spec's closure
+raises for a job, the transaction is rolled back and that job's outcome is
+replaced by a failed attempt naming the closure (its own specs apply),
+then the batch is written again: a trigger never commits without its
+follow-ups. A job whose replacement fails too is written as failed
+without follow-ups, so no job is ever stuck.
+
 Failure handling: a flush that fails is retried with backoff, the same rows
 again, until it succeeds or the worker's final drain gives up; outcomes are
 never dropped silently. If they are lost with the process, the jobs are
@@ -21,22 +31,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-from typing import Any
+from typing import Any, Final
 
 from awa import _core
 from awa.db import Database, affected_rows
+from awa.followups import FollowUpFailed
+from awa.hooks import Transition
+from awa.lifecycle import FAILED, FollowUpRows, Lifecycle, Pending, discard_staged
 
 log = logging.getLogger("awa.completer")
 
 MAX_RETRY_DELAY_S = 5.0
+# A follow-up failure turns an outcome into a failed attempt (round 1), then
+# into a terminal failure (round 2); after that it is written bare.
+MAX_FOLLOW_UP_REPLACEMENTS: Final = 2
+
+_Columns = tuple[list[Any], ...]
 
 
 class Completer:
-    def __init__(self, db: Database, batch: _core.CompletionBatch) -> None:
+    def __init__(
+        self,
+        db: Database,
+        batch: _core.CompletionBatch,
+        lifecycle: Lifecycle,
+        pending: dict[int, Pending],
+    ) -> None:
         self._db = db
         self._batch = batch
+        self._lifecycle = lifecycle
+        self._observed = pending
         self._finish = db.statement("jobs_finish_batch")
+        self._read_back = db.statement("jobs_by_ids")
+        self._insert_follow_ups = db.statement("jobs_insert_follow_ups")
         self._pending = asyncio.Event()
         self._stopping = False
         self.flushes = 0
@@ -74,10 +103,14 @@ class Completer:
             await asyncio.sleep(delay)
 
     async def _flush(self, connection: Any, columns: tuple[Any, ...]) -> Any:
+        observed = self._take_observed(columns[0]) if self._observed else {}
         failures = 0
         while True:
             try:
-                status = await self._finish.execute(connection, *columns)
+                if observed:
+                    applied = await self._write_observed(connection, list(columns), observed)
+                else:
+                    applied = affected_rows(await self._finish.execute(connection, *columns))
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
                 failures += 1
                 delay = min(MAX_RETRY_DELAY_S, 0.05 * 2**failures)
@@ -91,11 +124,97 @@ class Completer:
                 await asyncio.sleep(delay)
                 connection = await self._replace_if_closed(connection)
                 continue
-            applied = affected_rows(status)
             self.flushes += 1
             self.applied += applied
             self.stale += len(columns[0]) - applied
             return connection
+
+    def _take_observed(self, ids: list[int]) -> dict[int, Pending]:
+        observed = self._observed
+        return {job_id: observed.pop(job_id) for job_id in ids if job_id in observed}
+
+    async def _write_observed(
+        self, connection: Any, columns: list[list[Any]], observed: dict[int, Pending]
+    ) -> int:
+        """Writes a batch holding observed outcomes; returns the rows applied."""
+        while True:
+            try:
+                async with connection.transaction():
+                    changed = await self._finish.fetch(connection, *columns)
+                    transitions, follow_ups, written = await self._apply_follow_ups(
+                        connection, {row[0] for row in changed}, observed
+                    )
+            except FollowUpFailed as failed:
+                self._replace_outcome(columns, observed, failed)
+                continue
+            break
+        committed = {transition.job.id for transition in transitions}
+        for job_id, pending in observed.items():
+            if job_id not in committed:
+                discard_staged(pending, "stale attempt")
+        self._lifecycle.committed(transitions, follow_ups, written)
+        return len(changed)
+
+    async def _apply_follow_ups(
+        self, connection: Any, changed: set[int], observed: dict[int, Pending]
+    ) -> tuple[list[Transition], FollowUpRows | None, Any]:
+        """Inside the flush transaction: reads back the observed rows this
+        flush changed and inserts their follow-ups."""
+        ids = [job_id for job_id in observed if job_id in changed]
+        if not ids:
+            return [], None, None
+        lifecycle = self._lifecycle
+        rows = await self._read_back.fetch(connection, ids)
+        pairs = []
+        for row in rows:
+            pending = observed[row[0]]
+            transition = pending.transition(lifecycle.committed_job(row))
+            pairs.append((transition, pending))
+        follow_ups = lifecycle.follow_up_rows(
+            [(t, p.stage) for t, p in pairs if not p.without_follow_ups]
+        )
+        written = None
+        if len(follow_ups):
+            written = await self._insert_follow_ups.fetchval(
+                connection, *follow_ups.rows.columns()
+            )
+        return [t for t, _ in pairs], follow_ups, written
+
+    def _replace_outcome(
+        self, columns: list[list[Any]], observed: dict[int, Pending], failed: FollowUpFailed
+    ) -> None:
+        """A spec failed for one job: that job's outcome becomes a failed
+        attempt (retried or exhausted by its budget), then a terminal
+        failure, then a terminal failure without follow-ups."""
+        job_id = failed.transition.job.id
+        pending = observed[job_id]
+        job = pending.job
+        rounds = pending.replacements = pending.replacements + 1
+        message = str(failed)
+        log.error("%s; the job's outcome is rolled back and recorded as a failure", message)
+        scratch = _core.CompletionBatch(1, 0.0, random.getrandbits(64))
+        error_type = type(failed.error).__name__
+        now = time.monotonic()
+        if rounds == 1:
+            scratch.failed(
+                job.id, job.run_lease, job.attempt, job.max_attempts, job.crashes,
+                error_type, message, "", now,
+            )  # fmt: skip
+        else:
+            scratch.failed_terminal(
+                job.id, job.run_lease, job.attempt, error_type, message, "", now
+            )
+        if rounds > MAX_FOLLOW_UP_REPLACEMENTS:
+            pending.without_follow_ups = True
+        if pending.stage is not None:
+            discard_staged(pending, "follow-up failed")
+            pending.stage = None
+        pending.outcome = FAILED
+        pending.error = f"{error_type}: {message}"
+        replacement: tuple[list[Any], ...] = scratch.take()
+        index = columns[0].index(job_id)
+        for column, values in zip(columns, replacement, strict=True):
+            column[index] = values[0]
 
     async def _replace_if_closed(self, connection: Any) -> Any:
         if not connection.is_closed():

@@ -31,24 +31,31 @@ from typing import Any
 
 from awa import _core
 from awa.errors import TerminalError, UnknownJobKind
+from awa.followups import FollowUpStage
+from awa.hooks import CANCELLED, COMPLETED, STARTED, Transition
 from awa.job import Job
+from awa.lifecycle import FAILED, Lifecycle, Pending, discard_staged
 from awa.outcomes import Cancel, RetryAfter, Snooze
-from awa.tasks import Registry
 
 log = logging.getLogger("awa.executor")
 
 TRACEBACK_LINES = 40
+#: Snooze is a reschedule, not an outcome: no event, no follow-ups.
+SNOOZED = "snoozed"
 
 
 class Executor:
     def __init__(
         self,
-        registry: Registry,
+        lifecycle: Lifecycle,
         dispatcher: _core.Dispatcher,
         batch: _core.CompletionBatch,
+        pending: dict[int, Pending],
         threads: int,
     ) -> None:
-        self._registry = registry
+        self._lifecycle = lifecycle
+        self._registry = lifecycle.registry
+        self._pending = pending
         self._dispatcher = dispatcher
         self._batch = batch
         self._running: dict[int, asyncio.Task[None]] = {}
@@ -70,24 +77,35 @@ class Executor:
             # the job stays claimed and is rescued if this process dies.
             log.error("claimed %r without a free slot; leaving it to the rescuer", job)
             return
-        self._running[job.id] = asyncio.create_task(self._run(job), name=f"awa-job-{job.id}")
+        stage = job._stage = FollowUpStage(self._registry)
+        self._running[job.id] = asyncio.create_task(self._run(job, stage), name=f"awa-job-{job.id}")
+        hooks = self._lifecycle.hooks
+        if hooks.wants(job.kind):
+            # A job of its own: the handler's may be changed by the handler.
+            hooks.emit(Transition(STARTED, Job.from_row(row, decode)))
 
-    async def _run(self, job: Job[Any]) -> None:
+    async def _run(self, job: Job[Any], stage: FollowUpStage) -> None:
+        started = time.monotonic()
         try:
             result = await self._call_handler(job)
         except asyncio.CancelledError:
+            stage.seal()
             current = asyncio.current_task()
             if self._shutting_down and current is not None and current.cancelling():
                 # Shutdown interrupted the handler: the worker releases the job.
                 self._running.pop(job.id, None)
+                stage.discard()
                 raise
             self._record_error(job, asyncio.CancelledError("the handler was cancelled"))
         except TerminalError as error:
+            stage.seal()
             self._record_terminal(job, error)
         except Exception as error:  # noqa: BLE001 - any other exception is a retryable failure
+            stage.seal()
             self._record_error(job, error)
         else:
-            self._record_result(job, result)
+            stage.seal()
+            self._record_result(job, result, time.monotonic() - started)
         self._finish(job)
 
     async def _call_handler(self, job: Job[Any]) -> Any:
@@ -104,12 +122,15 @@ class Executor:
         call = functools.partial(context.run, task_def.handler, job)
         return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
-    def _record_result(self, job: Job[Any], result: Any) -> None:
+    def _record_result(self, job: Job[Any], result: Any, duration_s: float) -> None:
         now = time.monotonic()
         batch = self._batch
         if result is None:
-            batch.completed(job.id, job.run_lease, now)
+            self._record_completed(job, duration_s, now)
         elif isinstance(result, RetryAfter):
+            self._observe(
+                job, FAILED, error=f"RetryAfter: the handler asked to retry in {result.seconds:g}s"
+            )
             batch.retry_after(
                 job.id,
                 job.run_lease,
@@ -120,8 +141,10 @@ class Executor:
                 now,
             )
         elif isinstance(result, Snooze):
+            self._observe(job, SNOOZED)
             batch.snooze(job.id, job.run_lease, result.seconds, now)
         elif isinstance(result, Cancel):
+            self._observe(job, CANCELLED, reason=str(result.reason))
             batch.cancelled(job.id, job.run_lease, job.attempt, str(result.reason), now)
         else:
             if job.kind not in self._warned_return_kinds:
@@ -132,9 +155,45 @@ class Executor:
                     job.kind,
                     type(result).__name__,
                 )
-            batch.completed(job.id, job.run_lease, now)
+            self._record_completed(job, duration_s, now)
+
+    def _record_completed(self, job: Job[Any], duration_s: float, now: float) -> None:
+        stage = job._stage
+        if stage is not None and stage.error is not None:
+            # The handler swallowed a StagingError: completing without the
+            # follow-up it meant to stage would lose it silently.
+            self._record_terminal(job, stage.error)
+            return
+        self._observe(job, COMPLETED, duration_s=duration_s)
+        self._batch.completed(job.id, job.run_lease, now)
+
+    def _observe(
+        self,
+        job: Job[Any],
+        outcome: str,
+        *,
+        duration_s: float = 0.0,
+        error: str = "",
+        reason: str = "",
+    ) -> None:
+        """Keeps what hooks and follow-ups will need once the outcome commits;
+        drops staged follow-ups of any outcome but a completion."""
+        stage = job._stage
+        staged = stage is not None and stage.count > 0
+        wanted = outcome != SNOOZED and (
+            self._lifecycle.observes(job.kind, outcome) or (outcome == COMPLETED and staged)
+        )
+        if not (wanted or staged):
+            return
+        pending = Pending(job, outcome, duration_s, error, reason, stage if staged else None)
+        if staged and outcome != COMPLETED:
+            discard_staged(pending, outcome)
+            pending.stage = None
+        if wanted:
+            self._pending[job.id] = pending
 
     def _record_terminal(self, job: Job[Any], error: BaseException) -> None:
+        self._observe(job, FAILED, error=_error_text(error))
         self._batch.failed_terminal(
             job.id,
             job.run_lease,
@@ -146,6 +205,7 @@ class Executor:
         )
 
     def _record_error(self, job: Job[Any], error: BaseException) -> None:
+        self._observe(job, FAILED, error=_error_text(error))
         self._batch.failed(
             job.id,
             job.run_lease,
@@ -177,6 +237,10 @@ class Executor:
             # Give cancelled handlers a moment to unwind (finally blocks).
             await asyncio.wait(pending, timeout=1.0)
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def _traceback_tail(error: BaseException) -> str:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from awa import _core
+from awa.errors import StagingError
+
+if TYPE_CHECKING:
+    from awa.followups import FollowUpStage
 
 T = TypeVar("T")
 
@@ -53,7 +58,9 @@ _STATE_BY_NAME: Mapping[str, JobState] = {state.value: state for state in JobSta
     _TAGS,
     _METADATA,
     _ERRORS,
-) = range(18)
+    _CALLBACK_ID,
+    _CALLBACK_TIMEOUT_AT,
+) = range(20)
 
 ArgsDecoder = Callable[[str], Any]
 
@@ -75,8 +82,11 @@ class Job(Generic[T]):
         "_errors_json",
         "_metadata",
         "_metadata_json",
+        "_stage",
         "attempt",
         "attempted_at",
+        "callback_id",
+        "callback_timeout_at",
         "crashes",
         "created_at",
         "finalized_at",
@@ -107,6 +117,8 @@ class Job(Generic[T]):
     attempted_at: datetime.datetime | None
     finalized_at: datetime.datetime | None
     tags: list[str]
+    callback_id: uuid.UUID | None
+    callback_timeout_at: datetime.datetime | None
     _args_json: str
     _metadata_json: str | None
     _errors_json: str | None
@@ -114,6 +126,7 @@ class Job(Generic[T]):
     _args: Any
     _metadata: Any
     _errors: Any
+    _stage: FollowUpStage | None
 
     @classmethod
     def from_row(cls, row: Any, decode_args: ArgsDecoder | None = None) -> Job[Any]:
@@ -137,6 +150,9 @@ class Job(Generic[T]):
         job._args_json = row[_ARGS]
         job._metadata_json = row[_METADATA]
         job._errors_json = row[_ERRORS]
+        job.callback_id = row[_CALLBACK_ID]
+        job.callback_timeout_at = row[_CALLBACK_TIMEOUT_AT]
+        job._stage = None
         job._decode_args = decode_args or _core.decode_json
         job._args = _UNSET
         job._metadata = _UNSET
@@ -171,6 +187,28 @@ class Job(Generic[T]):
             raw = self._errors_json
             self._errors = [] if raw is None else _core.decode_json(raw)
         return self._errors  # type: ignore[no-any-return]
+
+    def enqueue_on_completion(self, args: Any, **options: Any) -> None:
+        """Stages a follow-up job, inserted only if this attempt completes.
+
+        Call it from the handler; ``options`` are those of
+        :meth:`awa.AsyncClient.insert` (``kind``, ``queue``, ``priority``,
+        ``max_attempts``, ``max_crashes``, ``run_at``, ``tags``,
+        ``metadata``, ``unique_opts``). The follow-up is checked now and
+        written in the same transaction as the completion, after the
+        follow-ups of registered ``on_completed_enqueue`` specs; any other
+        outcome discards it. At most 16 follow-ups and 64 KiB per attempt.
+
+        Raises :class:`awa.StagingError` for anything the insert would refuse,
+        and once the handler has returned. The attempt then fails for good,
+        even if the handler catches the error.
+        """
+        if self._stage is None:
+            raise StagingError(
+                "enqueue_on_completion works only on the job a handler is running "
+                "(this job came from a query, or its attempt has finished)"
+            )
+        self._stage.add(args, options)
 
     def __repr__(self) -> str:
         return (

@@ -90,6 +90,22 @@ class Registry:
             self._by_type[args_type] = None if args_type in self._by_type else task
         return task
 
+    def kind_of_type(self, args_type: Any, kind: str | None) -> str:
+        """The kind jobs with arguments of ``args_type`` have: ``kind`` if given,
+        else the kind of the task registered for the type, else the kind
+        derived from the class name."""
+        if kind is not None:
+            _check_name("kind", kind)
+            return kind
+        task = self._by_type.get(args_type)
+        if task is not None:
+            return task.kind
+        if is_mapping_type(args_type) or not isinstance(args_type, type):
+            raise ConfigurationError(
+                f"{args_type!r} needs kind=…: a kind can only be derived from a class name"
+            )
+        return derive_kind(args_type.__name__)
+
     def for_args(self, args: Any) -> Task | None:
         """The task whose argument type ``args`` is an instance of, if exactly one."""
         return self._by_type.get(type(args))

@@ -30,12 +30,12 @@ from awa.config import WorkerConfig
 from awa.db import Database
 from awa.executor import Executor
 from awa.heartbeat import Heartbeat
+from awa.lifecycle import Lifecycle, Pending
 from awa.maintenance.leader import Leader
 from awa.maintenance.rescuer import Rescuer
 from awa.maintenance.scheduler import Scheduler
 from awa.notifier import Notifier
 from awa.producer import Producer
-from awa.tasks import Registry
 
 log = logging.getLogger("awa.worker")
 
@@ -46,9 +46,10 @@ FINAL_WRITE_TIMEOUT_S = 10.0
 
 
 class Worker:
-    def __init__(self, db: Database, registry: Registry, config: WorkerConfig) -> None:
+    def __init__(self, db: Database, lifecycle: Lifecycle, config: WorkerConfig) -> None:
         self.db = db
-        self.registry = registry
+        self.lifecycle = lifecycle
+        self.registry = lifecycle.registry
         self.config = config
         self.worker_id: int | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -66,7 +67,9 @@ class Worker:
             config.flush_batch_size, config.flush_interval, random.getrandbits(64)
         )
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
-        self.executor = Executor(self.registry, self.dispatcher, self.batch, threads)
+        # Outcomes someone observes, by job id, until their flush commits.
+        pending: dict[int, Pending] = {}
+        self.executor = Executor(self.lifecycle, self.dispatcher, self.batch, pending, threads)
         self.producer = Producer(
             self.db,
             self.dispatcher,
@@ -75,7 +78,7 @@ class Worker:
             config.poll_interval,
             config.claim_concurrency,
         )
-        self.completer = Completer(self.db, self.batch)
+        self.completer = Completer(self.db, self.batch, self.lifecycle, pending)
         self.executor.on_slot_freed = self.producer.slot_freed
         self.executor.on_outcome = self.completer.notify
         self.notifier = Notifier(self.db, self.producer.wake)
@@ -83,7 +86,9 @@ class Worker:
             self.db, self.worker_id, hostname, pid, queue_names, config.heartbeat_interval
         )
         self.scheduler = Scheduler(self.db, config.promote_interval, config.promote_batch_size)
-        self.rescuer = Rescuer(self.db, config.rescue_interval, config.heartbeat_staleness)
+        self.rescuer = Rescuer(
+            self.db, self.lifecycle, config.rescue_interval, config.heartbeat_staleness
+        )
         self.leader = Leader(
             self.db, [self.scheduler.run, self.rescuer.run], config.leader_election_interval
         )

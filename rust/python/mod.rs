@@ -13,26 +13,41 @@ use std::collections::{BTreeSet, HashMap};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::completion::{self, Attempt, Columns, ErrorReport};
 use crate::dispatch::{self, ClaimPlan};
 use crate::payload::{self, Invalid};
 use crate::rescue::{self, Orphan};
 use crate::retry::{self, Jitter};
+use crate::staging::{self, StagingBudget};
+use crate::unique::{UniqueOpts, UNIQUE_KEY_BYTES};
 
 pyo3::import_exception!(awa.errors, ValidationError);
+pyo3::import_exception!(awa.errors, StagingError);
 
-fn validation_error(invalid: &Invalid, prefix: &str) -> PyErr {
-    ValidationError::new_err((
-        format!("{prefix}{}: {}", invalid.field, invalid.message),
-        invalid.field.clone(),
-    ))
+/// How a value that breaks a limit is reported.
+enum Refusal<'a> {
+    /// `ValidationError`, its message prefixed (`jobs[3].`) in a batch.
+    Validation { prefix: &'a str },
+    /// `StagingError`, for a follow-up a handler stages.
+    Staging,
 }
 
-fn encode_or_raise(value: &Bound<'_, PyAny>, root: &str, prefix: &str) -> PyResult<String> {
+impl Refusal<'_> {
+    fn err(&self, invalid: &Invalid) -> PyErr {
+        match self {
+            Refusal::Validation { prefix } => {
+                ValidationError::new_err((format!("{prefix}{invalid}"), invalid.field.clone()))
+            }
+            Refusal::Staging => StagingError::new_err((invalid.to_string(), invalid.field.clone())),
+        }
+    }
+}
+
+fn encode_or_raise(value: &Bound<'_, PyAny>, root: &str, refusal: &Refusal) -> PyResult<String> {
     codec::encode(value, root).map_err(|err| match err {
-        codec::EncodeError::Invalid(invalid) => validation_error(&invalid, prefix),
+        codec::EncodeError::Invalid(invalid) => refusal.err(&invalid),
         codec::EncodeError::Python(err) => err,
     })
 }
@@ -47,7 +62,7 @@ fn derive_kind(class_name: &str) -> String {
 #[pyfunction]
 #[pyo3(signature = (value, field = "args"))]
 fn encode_json(value: &Bound<'_, PyAny>, field: &str) -> PyResult<String> {
-    encode_or_raise(value, field, "")
+    encode_or_raise(value, field, &Refusal::Validation { prefix: "" })
 }
 
 /// Reads JSON text into Python objects.
@@ -62,8 +77,10 @@ fn backoff_seconds(failures: u32, unit: f64) -> f64 {
     retry::backoff_s(failures, unit)
 }
 
-/// Validated, encoded rows for every insert path.
+/// Validated, encoded rows for every insert path, and the follow-ups a
+/// handler stages (`staging = True`).
 #[pyclass(module = "awa._core")]
+#[derive(Clone)]
 struct InsertRows {
     kinds: Vec<String>,
     queues: Vec<String>,
@@ -72,15 +89,20 @@ struct InsertRows {
     max_attempts: Vec<i16>,
     max_crashes: Vec<Option<i16>>,
     run_at_us: Vec<Option<i64>>,
-    tags: Vec<Option<String>>,
+    /// The tags as given (`None`: no tags); written as `text[]` literals.
+    tags: Vec<Option<Vec<String>>>,
     metadata: Vec<Option<String>>,
+    unique_keys: Vec<Option<[u8; UNIQUE_KEY_BYTES]>>,
+    unique_states: Vec<Option<i16>>,
+    /// What the attempt has staged, in a staging set.
+    staging: Option<StagingBudget>,
 }
 
 #[pymethods]
 impl InsertRows {
     #[new]
-    #[pyo3(signature = (capacity = 1))]
-    fn new(capacity: usize) -> Self {
+    #[pyo3(signature = (capacity = 1, *, staging = false))]
+    fn new(capacity: usize, staging: bool) -> Self {
         InsertRows {
             kinds: Vec::with_capacity(capacity),
             queues: Vec::with_capacity(capacity),
@@ -91,12 +113,16 @@ impl InsertRows {
             run_at_us: Vec::with_capacity(capacity),
             tags: Vec::with_capacity(capacity),
             metadata: Vec::with_capacity(capacity),
+            unique_keys: Vec::with_capacity(capacity),
+            unique_states: Vec::with_capacity(capacity),
+            staging: staging.then(StagingBudget::new),
         }
     }
 
     /// Checks every limit and encodes one job; raises `ValidationError`
-    /// naming the field (prefixed with the job's position when `batch`).
-    #[pyo3(signature = (args, kind, queue, priority, max_attempts, max_crashes, run_at_us, tags, metadata, batch = false))]
+    /// naming the field (prefixed with the job's position when `batch`),
+    /// or `StagingError` in a staging set.
+    #[pyo3(signature = (args, kind, queue, priority, max_attempts, max_crashes, run_at_us, tags, metadata, batch = false, unique = None, now_us = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
@@ -110,13 +136,25 @@ impl InsertRows {
         tags: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
         batch: bool,
+        unique: Option<&Bound<'_, PyAny>>,
+        now_us: Option<i64>,
     ) -> PyResult<()> {
-        let prefix = if batch {
+        if let Some(budget) = &self.staging {
+            budget
+                .ensure_open()
+                .map_err(|sealed| StagingError::new_err((sealed.to_string(), None::<String>)))?;
+        }
+        let prefix = if batch && self.staging.is_none() {
             format!("jobs[{}].", self.kinds.len())
         } else {
             String::new()
         };
-        let fail = |invalid: Invalid| validation_error(&invalid, &prefix);
+        let refusal = if self.staging.is_some() {
+            Refusal::Staging
+        } else {
+            Refusal::Validation { prefix: &prefix }
+        };
+        let fail = |invalid: Invalid| refusal.err(&invalid);
         let kind = text_field("kind", kind).map_err(&fail)?;
         payload::check_name("kind", &kind).map_err(&fail)?;
         let queue = text_field("queue", queue).map_err(&fail)?;
@@ -144,19 +182,38 @@ impl InsertRows {
             Some(value) => {
                 let tags = tag_list(value).map_err(&fail)?;
                 payload::check_tags(&tags).map_err(&fail)?;
-                (!tags.is_empty()).then(|| payload::text_array_literal(&tags))
+                (!tags.is_empty()).then_some(tags)
             }
         };
         let metadata = match metadata {
             None => None,
             Some(value) => {
-                let json = encode_or_raise(value, "metadata", &prefix)?;
+                let json = encode_or_raise(value, "metadata", &refusal)?;
                 require_object("metadata", &json).map_err(&fail)?;
                 (json != "{}").then_some(json)
             }
         };
-        let args = encode_or_raise(args, "args", &prefix)?;
+        let args = encode_or_raise(args, "args", &refusal)?;
         require_object("args", &args).map_err(&fail)?;
+        let (unique_key, unique_states) = match unique {
+            None => (None, None),
+            Some(options) => {
+                let (key, states) = unique_opts(options)
+                    .and_then(|opts| opts.key(&kind, &queue, &args, now_us))
+                    .map_err(&fail)?;
+                (Some(key), Some(states))
+            }
+        };
+        if let Some(budget) = &mut self.staging {
+            let bytes = staging::row_bytes(
+                &kind,
+                &queue,
+                &args,
+                metadata.as_deref(),
+                tags.as_deref().unwrap_or_default(),
+            );
+            budget.charge(bytes).map_err(&fail)?;
+        }
 
         self.kinds.push(kind);
         self.queues.push(queue);
@@ -167,6 +224,8 @@ impl InsertRows {
         self.run_at_us.push(run_at_us);
         self.tags.push(tags);
         self.metadata.push(metadata);
+        self.unique_keys.push(unique_key);
+        self.unique_states.push(unique_states);
         Ok(())
     }
 
@@ -176,9 +235,20 @@ impl InsertRows {
 
     /// One list per column, for `INSERT … SELECT … FROM unnest(...)`:
     /// `kinds`, `queues`, `args`, `priorities`, `max_attempts`, `max_crashes`,
-    /// `run_at_us`, `tags` (array literals), `metadata`.
-    #[allow(clippy::type_complexity)]
-    fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+    /// `run_at_us`, `tags` (array literals), `metadata`, `unique_keys`
+    /// (bytes), `unique_states`.
+    fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let tags: Vec<Option<String>> = self
+            .tags
+            .iter()
+            .map(|tags| tags.as_deref().map(payload::text_array_literal))
+            .collect();
+        let unique_keys = PyList::new(
+            py,
+            self.unique_keys
+                .iter()
+                .map(|key| key.map(|key| PyBytes::new(py, &key))),
+        )?;
         (
             self.kinds.clone(),
             self.queues.clone(),
@@ -187,10 +257,83 @@ impl InsertRows {
             self.max_attempts.clone(),
             self.max_crashes.clone(),
             self.run_at_us.clone(),
-            self.tags.clone(),
+            tags,
             self.metadata.clone(),
+            unique_keys,
+            self.unique_states.clone(),
         )
             .into_pyobject(py)
+    }
+
+    /// One dict per row, with the tags as given: for showing staged
+    /// follow-ups.
+    fn rows<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        (0..self.kinds.len())
+            .map(|row| {
+                let dict = PyDict::new(py);
+                dict.set_item("kind", &self.kinds[row])?;
+                dict.set_item("queue", &self.queues[row])?;
+                dict.set_item("args", &self.args[row])?;
+                dict.set_item("priority", self.priorities[row])?;
+                dict.set_item("max_attempts", self.max_attempts[row])?;
+                dict.set_item("max_crashes", self.max_crashes[row])?;
+                dict.set_item("run_at_us", self.run_at_us[row])?;
+                dict.set_item("tags", &self.tags[row])?;
+                dict.set_item("metadata", &self.metadata[row])?;
+                dict.set_item(
+                    "unique_key",
+                    self.unique_keys[row].map(|key| PyBytes::new(py, &key)),
+                )?;
+                dict.set_item("unique_states", self.unique_states[row])?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// Whether any row carries a unique key.
+    fn has_unique(&self) -> bool {
+        self.unique_keys.iter().any(Option::is_some)
+    }
+
+    /// Appends every row of `other` (which may be this set). A staging set
+    /// cannot be extended: that would bypass its limits.
+    fn extend(slf: &Bound<'_, Self>, other: &Bound<'_, Self>) -> PyResult<()> {
+        let mut this = slf.try_borrow_mut()?;
+        if this.staging.is_some() {
+            return Err(PyValueError::new_err(
+                "a staging set cannot be extended; stage each follow-up with add()",
+            ));
+        }
+        if slf.is(other) {
+            let copy = this.clone();
+            this.append(&copy);
+        } else {
+            this.append(&*other.try_borrow()?);
+        }
+        Ok(())
+    }
+
+    /// Closes a staging set: `add` refuses from now on.
+    fn seal(&mut self) -> PyResult<()> {
+        match &mut self.staging {
+            Some(budget) => {
+                budget.seal();
+                Ok(())
+            }
+            None => Err(PyValueError::new_err("only a staging set can be sealed")),
+        }
+    }
+
+    /// Whether this staging set is closed (never, for other sets).
+    #[getter]
+    fn sealed(&self) -> bool {
+        self.staging.as_ref().is_some_and(StagingBudget::is_sealed)
+    }
+
+    /// Bytes staged so far (0 for other sets).
+    #[getter]
+    fn staged_bytes(&self) -> usize {
+        self.staging.as_ref().map_or(0, StagingBudget::bytes)
     }
 
     /// The rows in `PostgreSQL`'s COPY text format, for the columns
@@ -258,6 +401,21 @@ impl InsertRows {
 }
 
 impl InsertRows {
+    /// Appends the rows of `other`, without checking any staging budget.
+    fn append(&mut self, other: &InsertRows) {
+        self.kinds.extend_from_slice(&other.kinds);
+        self.queues.extend_from_slice(&other.queues);
+        self.args.extend_from_slice(&other.args);
+        self.priorities.extend_from_slice(&other.priorities);
+        self.max_attempts.extend_from_slice(&other.max_attempts);
+        self.max_crashes.extend_from_slice(&other.max_crashes);
+        self.run_at_us.extend_from_slice(&other.run_at_us);
+        self.tags.extend_from_slice(&other.tags);
+        self.metadata.extend_from_slice(&other.metadata);
+        self.unique_keys.extend_from_slice(&other.unique_keys);
+        self.unique_states.extend_from_slice(&other.unique_states);
+    }
+
     fn has_run_at(&self) -> bool {
         self.run_at_us.iter().any(Option::is_some)
     }
@@ -289,7 +447,8 @@ impl InsertRows {
             None => out.push_str(payload::COPY_NULL),
         }
         out.push('\t');
-        optional_copy_field(out, self.tags[row].as_deref());
+        let tags = self.tags[row].as_deref().map(payload::text_array_literal);
+        optional_copy_field(out, tags.as_deref());
         out.push('\t');
         optional_copy_field(out, self.metadata[row].as_deref());
         if with_run_at {
@@ -307,6 +466,27 @@ fn optional_copy_field(out: &mut String, value: Option<&str>) {
         Some(text) => payload::copy_field(out, text),
         None => out.push_str(payload::COPY_NULL),
     }
+}
+
+/// `unique = (by_args, by_queue, period_s, states_mask)`.
+fn unique_opts(value: &Bound<'_, PyAny>) -> Result<UniqueOpts, Invalid> {
+    let (by_args, by_queue, period_s, states) = value
+        .extract::<(bool, bool, Option<i64>, i64)>()
+        .map_err(|_| {
+        Invalid::new(
+            "unique_opts",
+            format!(
+                "must be a tuple (by_args, by_queue, period_s, states_mask) (got {})",
+                type_name(value)
+            ),
+        )
+    })?;
+    Ok(UniqueOpts {
+        by_args,
+        by_queue,
+        period_s,
+        states,
+    })
 }
 
 fn text_field(field: &str, value: &Bound<'_, PyAny>) -> Result<String, Invalid> {
@@ -603,7 +783,7 @@ impl CompletionBatch {
 
     /// Everything buffered, as `(ids, run_leases, states, delays_s,
     /// refunds, errors)`; the batch starts empty again.
-    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         columns_tuple(py, self.inner.take())
     }
 
@@ -612,7 +792,7 @@ impl CompletionBatch {
     }
 }
 
-fn columns_tuple(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, pyo3::types::PyTuple>> {
+fn columns_tuple(py: Python<'_>, columns: Columns) -> PyResult<Bound<'_, PyTuple>> {
     (
         columns.ids,
         columns.run_leases,
@@ -638,7 +818,7 @@ fn plan_rescue<'py>(
     max_crashes: Vec<Option<i32>>,
     reason: &str,
     seed: u64,
-) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+) -> PyResult<Bound<'py, PyTuple>> {
     let n = ids.len();
     if [
         run_leases.len(),
@@ -681,5 +861,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("MAX_BACKOFF_S", retry::MAX_BACKOFF_S)?;
     module.add("MAX_TAGS", payload::MAX_TAGS)?;
     module.add("MAX_NAME_CHARS", payload::MAX_NAME_CHARS)?;
+    module.add("MAX_STAGED_FOLLOW_UPS", staging::MAX_STAGED_FOLLOW_UPS)?;
+    module.add("MAX_STAGED_BYTES", staging::MAX_STAGED_BYTES)?;
     Ok(())
 }

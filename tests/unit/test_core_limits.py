@@ -334,11 +334,14 @@ def test_columns_hold_one_list_per_field() -> None:
         [None, 5],
         [None, '{"a","b"}'],
         [None, '{"trace":"t1"}'],
+        [None, None],
+        [None, None],
     )
 
 
 def test_empty_tags_and_empty_metadata_are_stored_as_null() -> None:
-    _, _, _, _, _, _, _, tags, metadata = rows_of(job(tags=[], metadata={})).columns()
+    columns = rows_of(job(tags=[], metadata={})).columns()
+    tags, metadata = columns[7], columns[8]
     assert tags == [None]
     assert metadata == [None]
 

@@ -9,6 +9,12 @@ reason ``crash_loop`` once ``max_crashes`` is spent. The update is guarded
 by ``(id, run_lease, running)``, so a job its worker finished meanwhile is
 left alone. Silent worker rows are deleted once they hold nothing.
 
+Lifecycle: after a rescue commits, jobs whose kind has hooks or
+``on_rescued_enqueue`` specs are read back; the specs' follow-ups are
+inserted in a transaction of their own and ``Rescued`` events dispatched.
+That step is best effort by design: a failing closure is logged and the
+rescue stands (tying rescue to user code could leave a job stuck running).
+
 Failure handling: a failed pass is logged and retried at the next tick;
 nothing is half-applied (each pass is one statement per step).
 """
@@ -21,7 +27,11 @@ import random
 from typing import Final
 
 from awa import _core
-from awa.db import Database, affected_rows
+from awa.db import Database
+from awa.events import RescueReason
+from awa.followups import FollowUpFailed
+from awa.hooks import RESCUED, Transition
+from awa.lifecycle import Lifecycle
 
 log = logging.getLogger("awa.rescuer")
 
@@ -30,8 +40,11 @@ CRASH_REASON: Final = "the worker process stopped heartbeating (crashed or was k
 
 
 class Rescuer:
-    def __init__(self, db: Database, interval_s: float, staleness_s: float) -> None:
+    def __init__(
+        self, db: Database, lifecycle: Lifecycle, interval_s: float, staleness_s: float
+    ) -> None:
         self._db = db
+        self._lifecycle = lifecycle
         self._interval_s = interval_s
         self._staleness_s = staleness_s
         self.rescued = 0
@@ -61,12 +74,51 @@ class Rescuer:
                 CRASH_REASON,
                 random.getrandbits(64),
             )
-            status = await self._db.execute("jobs_rescue", ids, leases, states, delays, errors)
-            count = affected_rows(status)
+            changed = await self._db.fetch("jobs_rescue", ids, leases, states, delays, errors)
+            count = len(changed)
             rescued += count
             log.warning("rescued %d orphaned jobs (%s)", count, ", ".join(map(str, ids[:10])))
+            observed = [row["id"] for row in changed if self._observes(row["kind"])]
+            if observed:
+                await self._after_rescue(observed, RescueReason.StaleHeartbeat)
             if len(orphans) < RESCUE_BATCH_SIZE:
                 break
         await self._db.execute("workers_delete_stale", self._staleness_s)
         self.rescued += rescued
         return rescued
+
+    def _observes(self, kind: str) -> bool:
+        return self._lifecycle.observes(kind, RESCUED)
+
+    async def _after_rescue(self, job_ids: list[int], reason: RescueReason) -> None:
+        """Best effort, after the rescue committed: follow-ups, then events."""
+        lifecycle = self._lifecycle
+        try:
+            rows = await self._db.fetch("jobs_by_ids", job_ids)
+        except Exception as error:  # noqa: BLE001 - the rescue stands either way
+            log.error("reading rescued jobs back failed (%s: %s)", type(error).__name__, error)
+            return
+        transitions = [
+            Transition(RESCUED, lifecycle.committed_job(row), reason=reason.value) for row in rows
+        ]
+        for transition in transitions:
+            await self._insert_follow_ups(transition)
+        lifecycle.committed(transitions, None, None)
+
+    async def _insert_follow_ups(self, transition: Transition) -> None:
+        lifecycle = self._lifecycle
+        if not lifecycle.follow_ups.wants(transition.job.kind, RESCUED):
+            return
+        try:
+            follow_ups = lifecycle.follow_up_rows([(transition, None)])
+            if len(follow_ups):
+                await self._db.fetchrow("jobs_insert_follow_ups", *follow_ups.rows.columns())
+        except FollowUpFailed as failed:
+            log.error("%s; the rescue stands without its follow-up", failed)
+        except Exception as error:  # noqa: BLE001 - the rescue stands either way
+            log.error(
+                "inserting the follow-ups of rescued job %d failed (%s: %s); the rescue stands",
+                transition.job.id,
+                type(error).__name__,
+                error,
+            )

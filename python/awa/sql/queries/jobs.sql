@@ -1,25 +1,28 @@
 -- Every query that returns jobs returns the same columns, in this order:
 -- id, run_lease, kind, queue, state, priority, attempt, max_attempts,
 -- crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
--- args, tags, metadata, errors (see awa/job.py). Times are stored as
+-- args, tags, metadata, errors, callback_id, callback_timeout_at (see
+-- awa/job.py). Times are stored as
 -- timestamptz and `now()` is always the database's clock.
 
 -- name: jobs_insert
 -- Inserts one job; available at once unless run_at is in the future, and
--- wakes idle workers of its queue when it commits.
+-- wakes idle workers of its queue when it commits. Returns nothing when a
+-- job holding the same unique key exists (see jobs_unique_holder).
 WITH input AS (
     SELECT coalesce(timestamptz 'epoch' + $8::bigint * interval '1 microsecond', now()) AS run_at
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata)
+                          run_at, tags, metadata, unique_key, unique_states)
     SELECT $1, $2, $3::jsonb,
            CASE WHEN input.run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb
+           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb, $10::bytea, $11::smallint
     FROM input
+    ON CONFLICT DO NOTHING
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors
+              args, tags, metadata, errors, callback_id, callback_timeout_at
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM inserted WHERE state = 'available'
 )
@@ -27,27 +30,31 @@ SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
 
 -- name: jobs_insert_many
 -- Inserts a batch given as one array per column (one statement), and wakes
--- each queue that received available jobs once.
+-- each queue that received available jobs once. Jobs whose unique key is
+-- already held are skipped (the first insert wins).
 WITH input AS (
     SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
-           u.tags, u.metadata,
+           u.tags, u.metadata, u.unique_key, u.unique_states,
            coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at
     FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
-                $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[])
+                $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[], $10::bytea[],
+                $11::smallint[])
          WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
-                              run_at_us, tags, metadata, ord)
+                              run_at_us, tags, metadata, unique_key, unique_states, ord)
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata)
+                          run_at, tags, metadata, unique_key, unique_states)
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags::text[], metadata
+           priority, max_attempts, max_crashes, run_at, tags::text[], metadata,
+           unique_key, unique_states
     FROM input
     ORDER BY ord
+    ON CONFLICT DO NOTHING
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors
+              args, tags, metadata, errors, callback_id, callback_timeout_at
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
@@ -55,6 +62,55 @@ WITH input AS (
 SELECT inserted.*, (SELECT count(*) FROM notified) AS notified
 FROM inserted
 ORDER BY id;
+
+-- name: jobs_insert_follow_ups
+-- Inserts the follow-ups of committed outcomes, inside the transaction that
+-- applies them, and returns the positions (1-based) of the rows written;
+-- a follow-up whose unique key is already held is skipped. Keyed rows go
+-- first, in key order, so two flushes never wait on each other crosswise.
+WITH input AS (
+    SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
+           u.tags, u.metadata, u.unique_key, u.unique_states,
+           coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at
+    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
+                $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[], $10::bytea[],
+                $11::smallint[])
+         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
+                              run_at_us, tags, metadata, unique_key, unique_states, ord)
+), inserted AS (
+    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+                          run_at, tags, metadata, unique_key, unique_states)
+    SELECT kind, queue, args,
+           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
+                ELSE 'scheduled'::awa.job_state END,
+           priority, max_attempts, max_crashes, run_at, tags::text[], metadata,
+           unique_key, unique_states
+    FROM input
+    ORDER BY unique_key NULLS LAST, ord
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, state, unique_key
+), written AS (
+    -- RETURNING cannot name the input's position, so rows are matched back:
+    -- rows without a key are always written; of the rows sharing a key, only
+    -- the first (in insert order) can have been, and only if its key was.
+    SELECT ord FROM input WHERE unique_key IS NULL
+    UNION ALL
+    SELECT first.ord
+    FROM (SELECT DISTINCT ON (unique_key) unique_key, ord
+          FROM input WHERE unique_key IS NOT NULL
+          ORDER BY unique_key, ord) AS first
+    WHERE first.unique_key IN (SELECT unique_key FROM inserted WHERE unique_key IS NOT NULL)
+), notified AS (
+    SELECT pg_notify('awa_available', queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+SELECT array_agg(ord ORDER BY ord) AS written, (SELECT count(*) FROM notified) AS notified
+FROM written;
+
+-- name: jobs_unique_holder
+-- The job that holds a unique key in one of its states, if any.
+SELECT id FROM awa.jobs
+WHERE unique_key = $1 AND (unique_states & awa.job_state_bit(state)) <> 0;
 
 -- name: jobs_reserve_ids
 -- Allocates ids for a COPY that must return its jobs.
@@ -68,7 +124,7 @@ SELECT count(pg_notify('awa_available', queue)) AS notified FROM unnest($1::text
 -- Jobs by id, in id order.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors
+       args, tags, metadata, errors, callback_id, callback_timeout_at
 FROM awa.jobs
 WHERE id = ANY($1::bigint[])
 ORDER BY id;
@@ -77,7 +133,7 @@ ORDER BY id;
 -- One job by id.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors
+       args, tags, metadata, errors, callback_id, callback_timeout_at
 FROM awa.jobs
 WHERE id = $1;
 
@@ -85,7 +141,7 @@ WHERE id = $1;
 -- Newest jobs first, optionally filtered by state, queue and kind.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors
+       args, tags, metadata, errors, callback_id, callback_timeout_at
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -128,7 +184,8 @@ WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
-          jobs.args, jobs.tags, jobs.metadata, jobs.errors;
+          jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+          jobs.callback_id, jobs.callback_timeout_at;
 
 -- name: jobs_finish_batch
 -- Applies a batch of attempt outcomes, one array per column. Each row is
@@ -151,7 +208,8 @@ WHERE jobs.id = outcome.id
   -- Compared as text on purpose: jobs_running_idx must not drive this join.
   -- Its row estimate is often stale (tiny), and a plan that scans it as the
   -- outer side re-reads the whole batch for every running job.
-  AND jobs.state::text = 'running';
+  AND jobs.state::text = 'running'
+RETURNING jobs.id;
 
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
@@ -221,7 +279,8 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
      AS rescue(id, run_lease, state, delay_s, error)
 WHERE jobs.id = rescue.id
   AND jobs.run_lease = rescue.run_lease
-  AND jobs.state::text = 'running';  -- as text: see jobs_finish_batch
+  AND jobs.state::text = 'running'  -- as text: see jobs_finish_batch
+RETURNING jobs.id, jobs.kind;
 
 -- name: jobs_summary_by_tag
 -- Jobs carrying a tag, counted by kind and state (the demo's summary).

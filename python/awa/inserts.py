@@ -1,0 +1,227 @@
+"""Insert options, shared by every path that writes new jobs: the client's
+inserts, durable follow-ups and handler-staged follow-ups.
+
+:func:`add_job` turns one job's arguments and options into a row of a Rust
+:class:`awa._core.InsertRows`, which checks every limit; nothing here talks
+to the database.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from awa.errors import ValidationError
+from awa.job import JobState
+
+if TYPE_CHECKING:
+    from awa.tasks import Registry
+
+DEFAULT_PRIORITY: Final = 2
+DEFAULT_MAX_ATTEMPTS: Final = 25
+#: Crashes (worker died mid-attempt) a job survives before it fails with
+#: ``crash_loop``. ``None`` means unbounded.
+DEFAULT_MAX_CRASHES: Final = 5
+
+#: Every keyword an insert accepts besides the arguments themselves.
+INSERT_OPTIONS: Final = frozenset(
+    {
+        "kind",
+        "queue",
+        "priority",
+        "max_attempts",
+        "max_crashes",
+        "run_at",
+        "tags",
+        "metadata",
+        "unique_opts",
+    }
+)
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MICROSECOND: Final = datetime.timedelta(microseconds=1)
+_INT64_MAX: Final = 2**63 - 1
+_STATE_BITS: Final = {state: 1 << index for index, state in enumerate(JobState)}
+
+#: While a job is in one of these states, another job with its unique key is
+#: not inserted. ``completed`` is included: a finished job keeps blocking
+#: duplicates until it is pruned.
+DEFAULT_UNIQUE_STATES: Final = frozenset(
+    {
+        JobState.Scheduled,
+        JobState.Available,
+        JobState.Running,
+        JobState.Retryable,
+        JobState.WaitingExternal,
+        JobState.Completed,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueOpts:
+    """What makes two jobs duplicates, and for how long.
+
+    The key always covers the kind; ``by_args`` adds the arguments (key order
+    in dicts does not matter), ``by_queue`` the queue, and ``by_period``
+    (seconds, or a ``timedelta``) the time window the insert falls in.
+    ``states`` are the states in which an existing job blocks a new one.
+    ``unique_opts={}`` on an insert means these defaults.
+    """
+
+    by_args: bool = True
+    by_queue: bool = False
+    by_period: float | datetime.timedelta | None = None
+    states: frozenset[JobState] = field(default=DEFAULT_UNIQUE_STATES)
+
+    def core(self) -> tuple[bool, bool, int | None, int]:
+        """The ``(by_args, by_queue, period_s, states_mask)`` the Rust core takes."""
+        return (
+            _flag("by_args", self.by_args),
+            _flag("by_queue", self.by_queue),
+            _period_seconds(self.by_period),
+            _states_mask(self.states),
+        )
+
+
+def unique_core(value: UniqueOpts | Mapping[str, Any] | None) -> Any:
+    """``unique_opts`` as given to an insert, in the Rust core's form."""
+    if value is None:
+        return None
+    if isinstance(value, UniqueOpts):
+        return value.core()
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"by_args", "by_queue", "by_period", "states"}
+        if unknown:
+            raise ValidationError(
+                f"unique_opts: unknown options {sorted(unknown)} "
+                "(by_args, by_queue, by_period, states)",
+                "unique_opts",
+            )
+        options = dict(value)
+        if "states" in options:
+            options["states"] = _state_set(options["states"])
+        return UniqueOpts(**options).core()
+    raise ValidationError(
+        f"unique_opts: must be awa.UniqueOpts or a dict (got {type(value).__name__})",
+        "unique_opts",
+    )
+
+
+def add_job(
+    rows: Any,
+    registry: Registry,
+    args: Any,
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_crashes: int | None = DEFAULT_MAX_CRASHES,
+    run_at: datetime.datetime | datetime.timedelta | None = None,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+    batch: bool = False,
+) -> None:
+    """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`)."""
+    kind, queue = registry.resolve(args, kind, queue)
+    rows.add(
+        args,
+        kind,
+        queue,
+        priority,
+        max_attempts,
+        max_crashes,
+        run_at_us(run_at),
+        tags,
+        metadata,
+        batch,
+        unique=unique_core(unique_opts),
+        now_us=now_us(),
+    )
+
+
+def check_option_names(options: Iterable[str], where: str) -> None:
+    unknown = set(options) - INSERT_OPTIONS
+    if unknown:
+        raise ValidationError(
+            f"{where}: unknown options {sorted(unknown)} (known: {sorted(INSERT_OPTIONS)})", where
+        )
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def run_at_us(run_at: Any) -> int | None:
+    """``run_at`` as microseconds since the epoch (UTC), for the Rust checks."""
+    if run_at is None:
+        return None
+    if isinstance(run_at, datetime.timedelta):
+        micros = now_us() + run_at // _MICROSECOND
+    elif isinstance(run_at, datetime.datetime):
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValidationError(
+                "run_at: must be timezone-aware (e.g. datetime.now(datetime.UTC))", "run_at"
+            )
+        micros = (run_at - _EPOCH) // _MICROSECOND
+    else:
+        raise ValidationError(
+            "run_at: must be a timezone-aware datetime or a timedelta "
+            f"(got {type(run_at).__name__})",
+            "run_at",
+        )
+    # Far beyond the years 1–9999 the Rust check reports; keep it an int64.
+    return max(min(micros, _INT64_MAX), -_INT64_MAX)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(
+            f"unique_opts.{name}: must be True or False (got {value!r})", f"unique_opts.{name}"
+        )
+    return value
+
+
+def _period_seconds(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
+        raise ValidationError(
+            f"unique_opts.by_period: must be at least one second (got {value!r})",
+            "unique_opts.by_period",
+        )
+    return int(value)
+
+
+def _state_set(value: Any) -> frozenset[JobState]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValidationError(
+            "unique_opts.states: must be a collection of job states", "unique_opts.states"
+        )
+    states = set()
+    for item in value:
+        try:
+            states.add(JobState(item))
+        except ValueError:
+            raise ValidationError(
+                f"unique_opts.states: {item!r} is not a job state", "unique_opts.states"
+            ) from None
+    return frozenset(states)
+
+
+def _states_mask(states: Iterable[JobState]) -> int:
+    mask = 0
+    for state in _state_set(states):
+        mask |= _STATE_BITS[state]
+    if not mask:
+        raise ValidationError(
+            "unique_opts.states: must name at least one state", "unique_opts.states"
+        )
+    return mask

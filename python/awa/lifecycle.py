@@ -1,0 +1,172 @@
+"""What happens around a committed transition: follow-up rows before the
+commit, counters and hook events after it.
+
+:class:`Lifecycle` is the client's registry of hooks and follow-up specs;
+the completer (worker outcomes), the rescuer and callback resolution all go
+through it, so every emission site follows the same rules:
+
+1. inside the transition's transaction, :meth:`Lifecycle.follow_up_rows`
+   builds the rows to insert (specs first, then staged follow-ups of a
+   completion); a closure that raises aborts that job's transition;
+2. after the commit, :meth:`Lifecycle.committed` counts staged follow-ups
+   and dispatches the events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from awa import _core, metrics
+from awa.followups import FollowUps, FollowUpStage
+from awa.hooks import (
+    CANCELLED,
+    COMPLETED,
+    EXHAUSTED,
+    RETRIED,
+    WAITING_FOR_CALLBACK,
+    Hooks,
+    Transition,
+)
+from awa.job import Job, JobState
+from awa.tasks import Registry
+
+log = logging.getLogger("awa.lifecycle")
+
+#: A failed attempt: ``retried`` or ``exhausted``, as the committed row says.
+FAILED: Final = "failed"
+
+
+@dataclass(slots=True)
+class Pending:
+    """An attempt's outcome that hooks, specs or staged follow-ups care about,
+    kept by the worker until the flush that writes it commits."""
+
+    job: Job[Any]  # the attempt as the handler saw it
+    outcome: str  # completed, failed, cancelled or waiting_for_callback
+    duration_s: float = 0.0
+    error: str = ""
+    reason: str = ""
+    stage: FollowUpStage | None = None
+    #: Times a failing follow-up spec replaced this outcome (completer).
+    replacements: int = 0
+    #: Set when the follow-ups failed so often that the outcome is written bare.
+    without_follow_ups: bool = False
+
+    def transition(self, committed: Job[Any]) -> Transition:
+        outcome = self.outcome
+        if outcome == FAILED:
+            outcome = RETRIED if committed.state is JobState.Retryable else EXHAUSTED
+        return Transition(
+            outcome,
+            committed,
+            duration_s=self.duration_s,
+            error=self.error,
+            attempt=self.job.attempt,
+            reason=self.reason,
+        )
+
+    @property
+    def staged_count(self) -> int:
+        return 0 if self.stage is None else self.stage.count
+
+
+@dataclass(slots=True)
+class FollowUpRows:
+    """The follow-ups of a set of transitions, and which rows were staged."""
+
+    rows: Any  # _core.InsertRows
+    staged: list[tuple[int, int]]  # [start, end) ranges of staged rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class Lifecycle:
+    """Hooks and follow-up specs registered on one client."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.hooks = Hooks()
+        self.follow_ups = FollowUps()
+
+    def observes(self, kind: str, outcome: str) -> bool:
+        """Whether a committed ``outcome`` of ``kind`` needs its row read back."""
+        if outcome == FAILED:
+            return (
+                self.hooks.wants(kind)
+                or self.follow_ups.wants(kind, RETRIED)
+                or self.follow_ups.wants(kind, EXHAUSTED)
+            )
+        return self.hooks.wants(kind) or self.follow_ups.wants(kind, outcome)
+
+    def decoder(self, kind: str) -> Any:
+        task = self.registry.by_kind.get(kind)
+        return task.decode_args if task is not None else None
+
+    def committed_job(self, row: Any) -> Job[Any]:
+        return Job.from_row(row, self.decoder(row[2]))
+
+    def follow_up_rows(
+        self, transitions: Sequence[tuple[Transition, FollowUpStage | None]]
+    ) -> FollowUpRows:
+        """Rows to insert with these transitions: each one's spec follow-ups,
+        then, for a completion, what its handler staged. Raises
+        :class:`awa.followups.FollowUpFailed` for the first job whose spec fails."""
+        rows = _core.InsertRows(len(transitions))
+        staged: list[tuple[int, int]] = []
+        for transition, stage in transitions:
+            self.follow_ups.add_rows(transition, rows, self.registry)
+            if transition.outcome == COMPLETED and stage is not None and stage.count:
+                start = len(rows)
+                rows.extend(stage.rows)
+                staged.append((start, len(rows)))
+        return FollowUpRows(rows, staged)
+
+    def committed(
+        self, transitions: Sequence[Transition], follow_ups: FollowUpRows | None, written: Any
+    ) -> None:
+        """After the commit: counts staged follow-ups and dispatches events."""
+        if follow_ups is not None and follow_ups.staged:
+            positions = set(written or ())  # 1-based positions of rows inserted
+            for start, end in follow_ups.staged:
+                inserted = sum(1 for row in range(start + 1, end + 1) if row in positions)
+                metrics.add(
+                    metrics.STAGED_FOLLOW_UPS_COMMITTED,
+                    inserted,
+                    **{metrics.FOLLOW_UP_RESULT: "inserted"},
+                )
+                metrics.add(
+                    metrics.STAGED_FOLLOW_UPS_COMMITTED,
+                    end - start - inserted,
+                    **{metrics.FOLLOW_UP_RESULT: "duplicate"},
+                )
+        for transition in transitions:
+            self.hooks.emit(transition)
+
+
+def discard_staged(pending: Pending, why: str) -> None:
+    """Drops what an attempt staged: it did not complete (or not for real)."""
+    if pending.staged_count:
+        if pending.outcome == WAITING_FOR_CALLBACK:
+            log.warning(
+                "job %d (%s) parked for a callback with %d staged follow-up(s); they are "
+                "discarded (stage them after wait_for_callback instead)",
+                pending.job.id,
+                pending.job.kind,
+                pending.staged_count,
+            )
+        else:
+            log.debug(
+                "job %d: %d staged follow-up(s) discarded (%s)",
+                pending.job.id,
+                pending.staged_count,
+                why,
+            )
+        assert pending.stage is not None
+        pending.stage.discard()
+
+
+__all__ = ["CANCELLED", "FAILED", "FollowUpRows", "Lifecycle", "Pending", "discard_staged"]
