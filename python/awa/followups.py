@@ -100,9 +100,7 @@ class FollowUpSpec:
     def requests(self, transition: Transition) -> list[EnqueueRequest]:
         """The follow-ups for one committed transition (may raise: user code)."""
         job = transition.job
-        context = [getattr(transition, field) for field in SPEC_OUTCOMES[self.outcome]]
-        if self.outcome == RETRIED:
-            context[-1] = job.run_at  # next_run_at
+        context = [_context_value(transition, field) for field in SPEC_OUTCOMES[self.outcome]]
         result = self.closure(self.decode_args(job.args_json), job, *context)
         if inspect.isawaitable(result):
             close = getattr(result, "close", None)
@@ -121,6 +119,12 @@ class FollowUpSpec:
             got = type(result).__name__
             raise TypeError(f"{self.name} must return an awa.EnqueueRequest or None (got {got})")
         return [EnqueueRequest(result)]
+
+
+def _context_value(transition: Transition, field: str) -> Any:
+    if field == "next_run_at":
+        return transition.job.run_at
+    return getattr(transition, field)
 
 
 class FollowUpFailed(Exception):
