@@ -180,6 +180,11 @@ impl CompletionBatch {
         );
     }
 
+    /// The handler parked the job until its callback is resolved.
+    pub fn waiting_for_callback(&mut self, at: Attempt, now: f64) {
+        self.push(at, JobState::WaitingExternal, None, false, None, now);
+    }
+
     /// The handler cancelled the job.
     pub fn cancelled(&mut self, at: Attempt, reason: &str, now: f64) {
         let report = ErrorReport {

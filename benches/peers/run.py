@@ -36,13 +36,24 @@ DEFAULT_AWA_PYTHON = "/work/main/.venv/bin/python"
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # Column order of the table. The first is ours, the second the floor, the rest are peers.
-SYSTEMS = ["awa_queue", "awa_queue_uvloop", "floor", "awa_pg", "pgqueuer", "procrastinate"]
+SYSTEMS = [
+    "awa_queue",
+    "awa_queue_uvloop",
+    "awa_queue_follow_up",
+    "awa_queue_slow_hook",
+    "floor",
+    "awa_pg",
+    "pgqueuer",
+    "procrastinate",
+]
 # Run with the awa interpreter (--awa-python) rather than a venv of their own.
-AWA_SYSTEMS = {"awa_queue", "awa_queue_uvloop"}
+AWA_SYSTEMS = {"awa_queue", "awa_queue_uvloop", "awa_queue_follow_up", "awa_queue_slow_hook"}
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 LABELS = {
     "awa_queue": "awa-queue",
     "awa_queue_uvloop": "awa-queue (uvloop)",
+    "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
+    "awa_queue_slow_hook": "awa-queue + 50 ms hook",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
     "pgqueuer": "pgqueuer 1.6.0",
@@ -52,6 +63,8 @@ LABELS = {
 IMPORT_CHECKS = {
     "awa_queue": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_uvloop": "import asyncpg, awa, uvloop; awa.AsyncClient",
+    "awa_queue_follow_up": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_slow_hook": "import asyncpg, awa; awa.AsyncClient",
     "floor": "import asyncpg",
     "awa_pg": "import asyncpg, awa; awa.AsyncClient",
     "pgqueuer": "import asyncpg, uvloop, pgqueuer",

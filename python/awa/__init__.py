@@ -16,7 +16,9 @@ from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORI
 from awa.config import WorkerConfig
 from awa.errors import (
     AwaError,
+    CallbackNotFound,
     ConfigurationError,
+    FollowUpError,
     JobNotFound,
     SchemaNotMigrated,
     StagingError,
@@ -29,7 +31,7 @@ from awa.events import JobEvent, RescueReason
 from awa.followups import EnqueueRequest
 from awa.inserts import DEFAULT_UNIQUE_STATES, UniqueOpts
 from awa.job import Job, JobState
-from awa.outcomes import Cancel, RetryAfter, Snooze
+from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.tasks import derive_kind
 
 __version__ = "0.1.0"
@@ -41,9 +43,11 @@ __all__ = [
     "DEFAULT_UNIQUE_STATES",
     "AsyncClient",
     "AwaError",
+    "CallbackNotFound",
     "Cancel",
     "ConfigurationError",
     "EnqueueRequest",
+    "FollowUpError",
     "Job",
     "JobEvent",
     "JobNotFound",
@@ -58,6 +62,7 @@ __all__ = [
     "UniqueOpts",
     "UnknownJobKind",
     "ValidationError",
+    "WaitForCallback",
     "WorkerConfig",
     "derive_kind",
     "events",

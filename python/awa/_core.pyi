@@ -395,6 +395,10 @@ class CompletionBatch:
         """The handler deferred itself by ``delay_s`` seconds: state
         ``scheduled``, and the attempt is refunded."""
 
+    def waiting_for_callback(self, job_id: int, run_lease: int, now: float) -> None:
+        """The handler returned ``WaitForCallback``: state ``waiting_external``
+        (written only if the attempt registered a callback)."""
+
     def cancelled(
         self, job_id: int, run_lease: int, attempt_no: int, reason: str, now: float
     ) -> None:

@@ -6,12 +6,13 @@ import asyncio
 import datetime
 import logging
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from awa import _core
+from awa import _core, callbacks
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues
 from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
@@ -563,6 +564,32 @@ class AsyncClient:
     def _job(self, row: Any) -> Job[Any]:
         task = self._registry.by_kind.get(row["kind"])
         return Job.from_row(row, task.decode_args if task is not None else None)
+
+    # ── callbacks ───────────────────────────────────────────────────────
+
+    async def complete_external(
+        self, callback_id: uuid.UUID | str, payload: Any = None
+    ) -> Job[Any]:
+        """Completes the job parked on this callback and returns it; a
+        ``payload`` (JSON-serializable) is kept in its metadata as
+        ``callback_result``. ``on_completed_enqueue`` follow-ups commit with
+        it, then ``Completed`` (duration zero) goes to this process's hooks.
+        Raises :class:`awa.CallbackNotFound` for an unknown or resolved
+        callback, :class:`awa.FollowUpError` (nothing changed) if a spec fails.
+        """
+        return await callbacks.complete(
+            await self._database(), self._lifecycle, callback_id, payload
+        )
+
+    async def fail_external(self, callback_id: uuid.UUID | str, error: str) -> Job[Any]:
+        """Fails the parked job for good with ``error`` (``Exhausted``); otherwise
+        as :meth:`complete_external`."""
+        return await callbacks.fail(await self._database(), self._lifecycle, callback_id, error)
+
+    async def retry_external(self, callback_id: uuid.UUID | str) -> Job[Any]:
+        """Makes the parked job available again with its attempts reset
+        (``Retried``); otherwise as :meth:`complete_external`."""
+        return await callbacks.retry(await self._database(), self._lifecycle, callback_id)
 
     # ── inspection ──────────────────────────────────────────────────────
 

@@ -175,9 +175,7 @@ class Completer:
         )
         written = None
         if len(follow_ups):
-            written = await self._insert_follow_ups.fetchval(
-                connection, *follow_ups.rows.columns()
-            )
+            written = await self._insert_follow_ups.fetchval(connection, *follow_ups.rows.columns())
         return [t for t, _ in pairs], follow_ups, written
 
     def _replace_outcome(

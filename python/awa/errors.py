@@ -79,3 +79,17 @@ class UniqueConflict(AwaError):
         where = "" if existing_id is None else f" (job {existing_id})"
         super().__init__(f"a job with the same unique key already exists{where}")
         self.existing_id = existing_id
+
+
+class CallbackNotFound(AwaError, LookupError):
+    """No parked job waits for this callback id: it is unknown, was already
+    resolved, or belongs to an attempt that was rescued or re-registered."""
+
+    def __init__(self, callback_id: object) -> None:
+        super().__init__(f"no job is waiting for callback {callback_id}")
+        self.callback_id = callback_id
+
+
+class FollowUpError(AwaError):
+    """A follow-up spec failed while resolving a callback; the resolution was
+    rolled back with it and can be retried. The spec's error is ``__cause__``."""

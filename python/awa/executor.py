@@ -30,12 +30,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from awa import _core
+from awa.db import Database
 from awa.errors import TerminalError, UnknownJobKind
 from awa.followups import FollowUpStage
-from awa.hooks import CANCELLED, COMPLETED, STARTED, Transition
+from awa.hooks import CANCELLED, COMPLETED, STARTED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job
 from awa.lifecycle import FAILED, Lifecycle, Pending, discard_staged
-from awa.outcomes import Cancel, RetryAfter, Snooze
+from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 
 log = logging.getLogger("awa.executor")
 
@@ -52,7 +53,9 @@ class Executor:
         batch: _core.CompletionBatch,
         pending: dict[int, Pending],
         threads: int,
+        db: Database | None = None,
     ) -> None:
+        self._db = db
         self._lifecycle = lifecycle
         self._registry = lifecycle.registry
         self._pending = pending
@@ -78,6 +81,7 @@ class Executor:
             log.error("claimed %r without a free slot; leaving it to the rescuer", job)
             return
         stage = job._stage = FollowUpStage(self._registry)
+        job._db = self._db
         self._running[job.id] = asyncio.create_task(self._run(job, stage), name=f"awa-job-{job.id}")
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
@@ -143,6 +147,18 @@ class Executor:
         elif isinstance(result, Snooze):
             self._observe(job, SNOOZED)
             batch.snooze(job.id, job.run_lease, result.seconds, now)
+        elif isinstance(result, WaitForCallback):
+            if job.callback_id is None or result.callback_id != job.callback_id:
+                self._record_error(
+                    job,
+                    TypeError(
+                        "the handler returned WaitForCallback without the callback id "
+                        "that `await job.register_callback()` gave this attempt"
+                    ),
+                )
+                return
+            self._observe(job, WAITING_FOR_CALLBACK)
+            batch.waiting_for_callback(job.id, job.run_lease, now)
         elif isinstance(result, Cancel):
             self._observe(job, CANCELLED, reason=str(result.reason))
             batch.cancelled(job.id, job.run_lease, job.attempt, str(result.reason), now)
@@ -150,8 +166,8 @@ class Executor:
             if job.kind not in self._warned_return_kinds:
                 self._warned_return_kinds.add(job.kind)
                 log.warning(
-                    "handler for %r returned %r; only None, RetryAfter, Snooze and Cancel "
-                    "mean something, so the job is marked completed",
+                    "handler for %r returned %r; only None, RetryAfter, Snooze, Cancel and "
+                    "WaitForCallback mean something, so the job is marked completed",
                     job.kind,
                     type(result).__name__,
                 )

@@ -9,9 +9,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from awa import _core
-from awa.errors import StagingError
+from awa.errors import AwaError, StagingError, ValidationError
 
 if TYPE_CHECKING:
+    from awa.db import Database
     from awa.followups import FollowUpStage
 
 T = TypeVar("T")
@@ -77,6 +78,7 @@ class Job(Generic[T]):
     __slots__ = (
         "_args",
         "_args_json",
+        "_db",
         "_decode_args",
         "_errors",
         "_errors_json",
@@ -127,6 +129,7 @@ class Job(Generic[T]):
     _metadata: Any
     _errors: Any
     _stage: FollowUpStage | None
+    _db: Database | None
 
     @classmethod
     def from_row(cls, row: Any, decode_args: ArgsDecoder | None = None) -> Job[Any]:
@@ -153,6 +156,7 @@ class Job(Generic[T]):
         job.callback_id = row[_CALLBACK_ID]
         job.callback_timeout_at = row[_CALLBACK_TIMEOUT_AT]
         job._stage = None
+        job._db = None
         job._decode_args = decode_args or _core.decode_json
         job._args = _UNSET
         job._metadata = _UNSET
@@ -209,6 +213,35 @@ class Job(Generic[T]):
                 "(this job came from a query, or its attempt has finished)"
             )
         self._stage.add(args, options)
+
+    async def register_callback(self, timeout_seconds: float = 3600.0) -> uuid.UUID:
+        """Gives this attempt a callback id to hand to an external system, and
+        returns it; ``return awa.WaitForCallback(callback_id)`` then parks the
+        job until ``complete_external``, ``fail_external`` or
+        ``retry_external`` resolves it. Register before handing the id out:
+        it is stored first. ``timeout_seconds`` sets ``callback_timeout_at``.
+        """
+        if self._db is None:
+            raise AwaError("register_callback works only on the job a handler is running")
+        if (
+            isinstance(timeout_seconds, bool)
+            or not isinstance(timeout_seconds, int | float)
+            or not 0 < timeout_seconds < float("inf")
+        ):
+            raise ValidationError(
+                f"timeout_seconds: must be a positive number (got {timeout_seconds!r})",
+                "timeout_seconds",
+            )
+        row = await self._db.fetchrow(
+            "jobs_register_callback", self.id, self.run_lease, float(timeout_seconds)
+        )
+        if row is None:
+            raise AwaError(
+                f"job {self.id}: this attempt no longer holds the job (rescued or released); "
+                "no callback was registered"
+            )
+        self.callback_id, self.callback_timeout_at = row[0], row[1]
+        return row[0]  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return (

@@ -6,6 +6,7 @@ Return an instance from the handler: ``return awa.RetryAfter(30)``.
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass
 
 from awa.errors import ValidationError
@@ -48,4 +49,16 @@ class Cancel:
     reason: str = "cancelled by handler"
 
 
-Outcome = RetryAfter | Snooze | Cancel | None
+@dataclass(frozen=True, slots=True)
+class WaitForCallback:
+    """Park the job in ``waiting_external`` until its callback is resolved
+    (``client.complete_external`` and friends); frees the worker slot.
+
+    ``callback_id`` is what ``await job.register_callback()`` returned in this
+    attempt.
+    """
+
+    callback_id: uuid.UUID
+
+
+Outcome = RetryAfter | Snooze | Cancel | WaitForCallback | None

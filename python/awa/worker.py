@@ -69,7 +69,9 @@ class Worker:
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
         # Outcomes someone observes, by job id, until their flush commits.
         pending: dict[int, Pending] = {}
-        self.executor = Executor(self.lifecycle, self.dispatcher, self.batch, pending, threads)
+        self.executor = Executor(
+            self.lifecycle, self.dispatcher, self.batch, pending, threads, db=self.db
+        )
         self.producer = Producer(
             self.db,
             self.dispatcher,

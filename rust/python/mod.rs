@@ -723,6 +723,11 @@ impl CompletionBatch {
             .snooze(attempt(job_id, run_lease, 0, 1, 0), delay_s, now);
     }
 
+    fn waiting_for_callback(&mut self, job_id: i64, run_lease: i64, now: f64) {
+        self.inner
+            .waiting_for_callback(attempt(job_id, run_lease, 0, 1, 0), now);
+    }
+
     fn cancelled(&mut self, job_id: i64, run_lease: i64, attempt_no: i32, reason: &str, now: f64) {
         self.inner
             .cancelled(attempt(job_id, run_lease, attempt_no, 1, 0), reason, now);

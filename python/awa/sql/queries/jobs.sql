@@ -198,6 +198,10 @@ SET state = outcome.state::awa.job_state,
     attempt = jobs.attempt - outcome.refund,
     finalized_at = CASE WHEN outcome.state IN ('completed', 'failed', 'cancelled') THEN now() END,
     worker_id = NULL,
+    -- Only a parked job keeps the callback its attempt registered.
+    callback_id = CASE WHEN outcome.state = 'waiting_external' THEN jobs.callback_id END,
+    callback_timeout_at = CASE WHEN outcome.state = 'waiting_external'
+                               THEN jobs.callback_timeout_at END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
                        || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END
@@ -205,11 +209,57 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[],
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
+  AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
   -- Compared as text on purpose: jobs_running_idx must not drive this join.
   -- Its row estimate is often stale (tiny), and a plan that scans it as the
   -- outer side re-reads the whole batch for every running job.
   AND jobs.state::text = 'running'
 RETURNING jobs.id;
+
+-- name: jobs_register_callback
+-- Gives a running attempt a callback id and its deadline; guarded like every
+-- attempt write, so a stale attempt gets nothing.
+UPDATE awa.jobs
+SET callback_id = gen_random_uuid(),
+    callback_timeout_at = now() + $3::float8 * interval '1 second'
+WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
+RETURNING callback_id, callback_timeout_at;
+
+-- name: jobs_resolve_callback
+-- Resolves a parked job's callback: completed, failed (with an error entry)
+-- or available again with its attempts reset. A payload is kept in the job's
+-- metadata under "callback_result". Returns the job as committed plus the
+-- attempt it had, or nothing for an unknown or already resolved callback.
+WITH parked AS (
+    SELECT id, attempt FROM awa.jobs
+    WHERE callback_id = $1 AND state = 'waiting_external'
+    FOR UPDATE
+), resolved AS (
+    UPDATE awa.jobs AS jobs
+    SET state = $2::text::awa.job_state,
+        finalized_at = CASE WHEN $2::text IN ('completed', 'failed') THEN now() END,
+        attempt = CASE WHEN $2::text = 'available' THEN 0 ELSE jobs.attempt END,
+        run_at = CASE WHEN $2::text = 'available' THEN now() ELSE jobs.run_at END,
+        callback_id = NULL,
+        callback_timeout_at = NULL,
+        errors = CASE WHEN $3::jsonb IS NULL THEN jobs.errors
+                      ELSE coalesce(jobs.errors, '[]'::jsonb)
+                           || jsonb_build_array($3::jsonb || jsonb_build_object(
+                                  'attempt', parked.attempt, 'at', now())) END,
+        metadata = CASE WHEN $4::jsonb IS NULL THEN jobs.metadata
+                        ELSE coalesce(jobs.metadata, '{}'::jsonb)
+                             || jsonb_build_object('callback_result', $4::jsonb) END
+    FROM parked
+    WHERE jobs.id = parked.id
+    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+              jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+              jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+              jobs.callback_id, jobs.callback_timeout_at, parked.attempt AS parked_attempt
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM resolved WHERE state = 'available'
+)
+SELECT resolved.*, (SELECT count(*) FROM notified) AS notified FROM resolved;
 
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted

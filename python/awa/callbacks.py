@@ -1,0 +1,96 @@
+"""Resolving parked jobs: ``complete_external``, ``fail_external`` and
+``retry_external``.
+
+A handler parks its job with ``return awa.WaitForCallback(callback_id)``
+after ``await job.register_callback()``; the job waits in
+``waiting_external`` until one of these calls, from any process, resolves
+the callback. Each resolution is one transaction: the guarded update (only
+a job still waiting for exactly this callback), then the follow-ups of the
+mapped outcome's specs; if a spec fails, both roll back and the caller gets
+:class:`awa.FollowUpError` and may try again. After the commit the mapped
+event (``Completed`` with zero duration, ``Exhausted``, ``Retried``) goes
+to this process's hooks, so it fires once, where the resolution ran.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from awa import _core
+from awa.db import Database
+from awa.errors import CallbackNotFound, FollowUpError, ValidationError
+from awa.followups import FollowUpFailed
+from awa.hooks import COMPLETED, EXHAUSTED, RETRIED, Transition
+from awa.job import Job
+from awa.lifecycle import Lifecycle
+
+RETRIED_BY_CALLBACK = "retried by an external callback"
+
+
+def callback_uuid(callback_id: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(callback_id, uuid.UUID):
+        return callback_id
+    if isinstance(callback_id, str):
+        try:
+            return uuid.UUID(callback_id)
+        except ValueError:
+            pass
+    raise ValidationError(f"callback_id: must be a UUID (got {callback_id!r})", "callback_id")
+
+
+async def complete(
+    db: Database, lifecycle: Lifecycle, callback_id: uuid.UUID | str, payload: Any
+) -> Job[Any]:
+    encoded = None if payload is None else _core.encode_json(payload, "payload")
+    return await _resolve(db, lifecycle, callback_id, COMPLETED, "completed", None, encoded)
+
+
+async def fail(
+    db: Database, lifecycle: Lifecycle, callback_id: uuid.UUID | str, error: str
+) -> Job[Any]:
+    if not isinstance(error, str):
+        raise ValidationError(f"error: must be a string (got {type(error).__name__})", "error")
+    entry = _core.encode_json(
+        {"type": "ExternalFailure", "message": error, "traceback": None, "outcome": "failed"},
+        "error",
+    )
+    return await _resolve(db, lifecycle, callback_id, EXHAUSTED, "failed", entry, None, error)
+
+
+async def retry(db: Database, lifecycle: Lifecycle, callback_id: uuid.UUID | str) -> Job[Any]:
+    return await _resolve(
+        db, lifecycle, callback_id, RETRIED, "available", None, None, RETRIED_BY_CALLBACK
+    )
+
+
+async def _resolve(
+    db: Database,
+    lifecycle: Lifecycle,
+    callback_id: uuid.UUID | str,
+    outcome: str,
+    state: str,
+    error_entry: str | None,
+    payload: str | None,
+    error_text: str = "",
+) -> Job[Any]:
+    callback = callback_uuid(callback_id)
+    await db.require_schema()
+    async with db.pool.acquire() as connection, connection.transaction():
+        row = await db.fetchrow(
+            "jobs_resolve_callback", callback, state, error_entry, payload, connection=connection
+        )
+        if row is None:
+            raise CallbackNotFound(callback)
+        job = lifecycle.committed_job(row)
+        transition = Transition(outcome, job, error=error_text, attempt=row["parked_attempt"])
+        if lifecycle.follow_ups.wants(job.kind, outcome):
+            try:
+                follow_ups = lifecycle.follow_up_rows([(transition, None)])
+            except FollowUpFailed as failed:
+                raise FollowUpError(f"{failed}; the callback was not resolved") from failed.error
+            await db.fetchval(
+                "jobs_insert_follow_ups", *follow_ups.rows.columns(), connection=connection
+            )
+    lifecycle.committed([transition], None, None)
+    return job
