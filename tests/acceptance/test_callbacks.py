@@ -49,7 +49,7 @@ async def test_parking_emits_waiting_for_callback_runs_its_spec_and_discards_sta
         lambda args, job: awa.EnqueueRequest({"callback": str(job.callback_id)}, kind="note"),
     )
     discarded_before = metrics.value(metrics.STAGED_FOLLOW_UPS_DISCARDED)
-    job, row = await park(client, conn, recorder)
+    _job, row = await park(client, conn, recorder)
     [waiting] = await recorder.wait_for(events.WaitingForCallback)
     assert waiting.job.state is awa.JobState.WaitingExternal
     assert waiting.job.callback_id == row["callback_id"] is not None
@@ -79,7 +79,7 @@ async def test_complete_external_completes_with_zero_duration_and_its_follow_up(
 
 async def test_fail_external_exhausts_and_retry_external_resets_attempts(client, conn):
     recorder = Recorder()
-    job, row = await park(client, conn, recorder)
+    _job, row = await park(client, conn, recorder)
     failed = await client.fail_external(str(row["callback_id"]), "card declined")
     assert failed.state is awa.JobState.Failed
     assert failed.errors[-1]["message"] == "card declined"
@@ -95,7 +95,7 @@ async def test_fail_external_exhausts_and_retry_external_resets_attempts(client,
 
 
 async def test_a_second_or_unknown_resolution_raises_callback_not_found(client, conn):
-    job, row = await park(client, conn)
+    _job, row = await park(client, conn)
     await client.complete_external(row["callback_id"])
     with pytest.raises(awa.CallbackNotFound):
         await client.complete_external(row["callback_id"])
