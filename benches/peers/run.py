@@ -40,6 +40,7 @@ SYSTEMS = [
     "awa_queue",
     "awa_queue_uvloop",
     "awa_queue_follow_up",
+    "awa_queue_noop_hook",
     "awa_queue_slow_hook",
     "floor",
     "awa_pg",
@@ -47,12 +48,19 @@ SYSTEMS = [
     "procrastinate",
 ]
 # Run with the awa interpreter (--awa-python) rather than a venv of their own.
-AWA_SYSTEMS = {"awa_queue", "awa_queue_uvloop", "awa_queue_follow_up", "awa_queue_slow_hook"}
+AWA_SYSTEMS = {
+    "awa_queue",
+    "awa_queue_uvloop",
+    "awa_queue_follow_up",
+    "awa_queue_noop_hook",
+    "awa_queue_slow_hook",
+}
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 LABELS = {
     "awa_queue": "awa-queue",
     "awa_queue_uvloop": "awa-queue (uvloop)",
     "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
+    "awa_queue_noop_hook": "awa-queue + no-op hook",
     "awa_queue_slow_hook": "awa-queue + 50 ms hook",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
@@ -64,6 +72,7 @@ IMPORT_CHECKS = {
     "awa_queue": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_uvloop": "import asyncpg, awa, uvloop; awa.AsyncClient",
     "awa_queue_follow_up": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_noop_hook": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_slow_hook": "import asyncpg, awa; awa.AsyncClient",
     "floor": "import asyncpg",
     "awa_pg": "import asyncpg, awa; awa.AsyncClient",

@@ -64,7 +64,7 @@ class Completer:
         self._lifecycle = lifecycle
         self._observed = pending
         self._finish = db.statement("jobs_finish_batch")
-        self._read_back = db.statement("jobs_by_ids")
+        self._finish_observed = db.statement("jobs_finish_batch_observed")
         self._insert_follow_ups = db.statement("jobs_insert_follow_ups")
         self._pending = asyncio.Event()
         self._stopping = False
@@ -136,13 +136,23 @@ class Completer:
     async def _write_observed(
         self, connection: Any, columns: list[list[Any]], observed: dict[int, Pending]
     ) -> int:
-        """Writes a batch holding observed outcomes; returns the rows applied."""
+        """Writes a batch holding observed outcomes; returns the rows applied.
+
+        When only hooks watch, the guarded update returning the committed
+        rows is the whole write (one statement, one round trip); when
+        follow-ups may be inserted it runs in a transaction with them.
+        """
         while True:
+            if not self._may_insert(observed.values()):
+                changed = await self._finish_observed.fetch(connection, *columns)
+                transitions, follow_ups, written = self._transitions(changed, observed), None, None
+                break
             try:
                 async with connection.transaction():
-                    changed = await self._finish.fetch(connection, *columns)
-                    transitions, follow_ups, written = await self._apply_follow_ups(
-                        connection, {row[0] for row in changed}, observed
+                    changed = await self._finish_observed.fetch(connection, *columns)
+                    transitions = self._transitions(changed, observed)
+                    follow_ups, written = await self._insert_follow_ups_for(
+                        connection, transitions, observed
                     )
             except FollowUpFailed as failed:
                 self._replace_outcome(columns, observed, failed)
@@ -155,28 +165,38 @@ class Completer:
         self._lifecycle.committed(transitions, follow_ups, written)
         return len(changed)
 
-    async def _apply_follow_ups(
-        self, connection: Any, changed: set[int], observed: dict[int, Pending]
-    ) -> tuple[list[Transition], FollowUpRows | None, Any]:
-        """Inside the flush transaction: reads back the observed rows this
-        flush changed and inserts their follow-ups."""
-        ids = [job_id for job_id in observed if job_id in changed]
-        if not ids:
-            return [], None, None
+    def _may_insert(self, observed: Any) -> bool:
+        follow_ups = self._lifecycle.follow_ups
+        for pending in observed:
+            if pending.without_follow_ups:
+                continue
+            if pending.staged_count or follow_ups.may_follow(pending.job.kind, pending.outcome):
+                return True
+        return False
+
+    def _transitions(self, changed: list[Any], observed: dict[int, Pending]) -> list[Transition]:
+        """Transitions of the observed rows this flush changed (stale ones are absent)."""
         lifecycle = self._lifecycle
-        rows = await self._read_back.fetch(connection, ids)
+        return [
+            observed[row[0]].transition(lifecycle.committed_job(row))
+            for row in changed
+            if row[0] in observed
+        ]
+
+    async def _insert_follow_ups_for(
+        self, connection: Any, transitions: list[Transition], observed: dict[int, Pending]
+    ) -> tuple[FollowUpRows | None, Any]:
+        """Inside the flush transaction: inserts the transitions' follow-ups."""
         pairs = []
-        for row in rows:
-            pending = observed[row[0]]
-            transition = pending.transition(lifecycle.committed_job(row))
-            pairs.append((transition, pending))
-        follow_ups = lifecycle.follow_up_rows(
-            [(t, p.stage) for t, p in pairs if not p.without_follow_ups]
-        )
-        written = None
-        if len(follow_ups):
-            written = await self._insert_follow_ups.fetchval(connection, *follow_ups.rows.columns())
-        return [t for t, _ in pairs], follow_ups, written
+        for transition in transitions:
+            pending = observed[transition.job.id]
+            if not pending.without_follow_ups:
+                pairs.append((transition, pending.stage))
+        follow_ups = self._lifecycle.follow_up_rows(pairs)
+        if not len(follow_ups):
+            return follow_ups, None
+        written = await self._insert_follow_ups.fetchval(connection, *follow_ups.rows.columns())
+        return follow_ups, written
 
     def _replace_outcome(
         self, columns: list[list[Any]], observed: dict[int, Pending], failed: FollowUpFailed

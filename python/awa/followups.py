@@ -24,6 +24,7 @@ from awa.hooks import (
     CANCELLED,
     COMPLETED,
     EXHAUSTED,
+    FAILED,
     RESCUED,
     RETRIED,
     WAITING_FOR_CALLBACK,
@@ -168,6 +169,13 @@ class FollowUps:
 
     def wants(self, kind: str, outcome: str) -> bool:
         return (kind, outcome) in self._specs
+
+    def may_follow(self, kind: str, outcome: str) -> bool:
+        """Whether an attempt outcome (``failed`` meaning retried or exhausted)
+        of ``kind`` can have spec follow-ups."""
+        if outcome == FAILED:
+            return self.wants(kind, RETRIED) or self.wants(kind, EXHAUSTED)
+        return self.wants(kind, outcome)
 
     def add_rows(self, transition: Transition, rows: Any, registry: Registry) -> None:
         """Appends the follow-ups of every spec for this transition to ``rows``;

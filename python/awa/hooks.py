@@ -47,6 +47,8 @@ RETRIED: Final = "retried"
 EXHAUSTED: Final = "exhausted"
 CANCELLED: Final = "cancelled"
 RESCUED: Final = "rescued"
+#: An attempt that failed: ``retried`` or ``exhausted``, as the committed row says.
+FAILED: Final = "failed"
 
 
 @dataclass(slots=True)

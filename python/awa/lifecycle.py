@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from awa import _core, metrics
 from awa.followups import FollowUps, FollowUpStage
@@ -25,6 +25,7 @@ from awa.hooks import (
     CANCELLED,
     COMPLETED,
     EXHAUSTED,
+    FAILED,
     RETRIED,
     WAITING_FOR_CALLBACK,
     Hooks,
@@ -34,9 +35,6 @@ from awa.job import Job, JobState
 from awa.tasks import Registry
 
 log = logging.getLogger("awa.lifecycle")
-
-#: A failed attempt: ``retried`` or ``exhausted``, as the committed row says.
-FAILED: Final = "failed"
 
 
 @dataclass(slots=True)
@@ -94,13 +92,7 @@ class Lifecycle:
 
     def observes(self, kind: str, outcome: str) -> bool:
         """Whether a committed ``outcome`` of ``kind`` needs its row read back."""
-        if outcome == FAILED:
-            return (
-                self.hooks.wants(kind)
-                or self.follow_ups.wants(kind, RETRIED)
-                or self.follow_ups.wants(kind, EXHAUSTED)
-            )
-        return self.hooks.wants(kind) or self.follow_ups.wants(kind, outcome)
+        return self.hooks.wants(kind) or self.follow_ups.may_follow(kind, outcome)
 
     def decoder(self, kind: str) -> Any:
         task = self.registry.by_kind.get(kind)

@@ -212,7 +212,7 @@ async def test_returning_something_else_completes_with_a_warning(client, conn, c
 
     with caplog.at_level("WARNING", logger="awa.executor"):
         await run_one(client, conn, handler, state="completed")
-    assert "only None, RetryAfter, Snooze and Cancel" in caplog.text
+    assert "only None, RetryAfter, Snooze, Cancel and WaitForCallback" in caplog.text
 
 
 async def test_a_handler_cancelling_itself_is_a_failure_not_a_shutdown(client, conn):

@@ -304,3 +304,38 @@ async def test_leader_lock_is_exclusive_per_database(conn, database_url):
         assert await other.fetchval(Q("locks_try_leader"), 42) is True
     finally:
         await other.close()
+
+
+def test_observed_finish_applies_exactly_the_same_update_as_the_plain_one():
+    def update_of(name: str) -> str:
+        text = sql.query(name)
+        body = text[text.index("UPDATE awa.jobs AS jobs") :]
+        return body.split("RETURNING")[0].strip().rstrip(";").strip()
+
+    assert update_of("jobs_finish_batch_observed") == update_of("jobs_finish_batch")
+
+
+async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
+    key = b"k" * 16
+    written = await conn.fetchval(
+        sql.query("jobs_insert_follow_ups"),
+        ["a", "b", "b", "c"],
+        ["q"] * 4,
+        ["{}"] * 4,
+        [2] * 4,
+        [25] * 4,
+        [None] * 4,
+        [None] * 4,
+        [None] * 4,
+        [None] * 4,
+        [None, key, key, None],
+        [None, 63, 63, None],
+    )
+    # The second keyed row duplicates the first and is skipped.
+    assert written == [1, 2, 4]
+    again = await conn.fetchval(
+        sql.query("jobs_insert_follow_ups"),
+        ["b"], ["q"], ["{}"], [2], [25], [None], [None], [None], [None], [key], [63],
+    )  # fmt: skip
+    assert again is None
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 3

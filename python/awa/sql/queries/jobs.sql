@@ -187,6 +187,33 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
           jobs.args, jobs.tags, jobs.metadata, jobs.errors,
           jobs.callback_id, jobs.callback_timeout_at;
 
+-- name: jobs_claim_one
+-- Claims the most urgent available job, optionally of one kind and/or queue,
+-- for awa.testing (no worker process: worker_id stays NULL). Starting the
+-- attempt bumps attempt and run_lease exactly as jobs_claim does.
+WITH picked AS (
+    SELECT id FROM awa.jobs
+    WHERE state = 'available'
+      AND ($1::text IS NULL OR kind = $1::text)
+      AND ($2::text IS NULL OR queue = $2::text)
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.jobs AS jobs
+SET state = 'running',
+    attempt = jobs.attempt + 1,
+    run_lease = jobs.run_lease + 1,
+    attempted_at = now(),
+    worker_id = NULL
+FROM picked
+WHERE jobs.id = picked.id
+RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+          jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+          jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+          jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+          jobs.callback_id, jobs.callback_timeout_at;
+
 -- name: jobs_finish_batch
 -- Applies a batch of attempt outcomes, one array per column. Each row is
 -- guarded by (id, run_lease, state = 'running'): an outcome from a stale
@@ -213,8 +240,39 @@ WHERE jobs.id = outcome.id
   -- Compared as text on purpose: jobs_running_idx must not drive this join.
   -- Its row estimate is often stale (tiny), and a plan that scans it as the
   -- outer side re-reads the whole batch for every running job.
+  AND jobs.state::text = 'running';
+
+-- name: jobs_finish_batch_observed
+-- jobs_finish_batch, returning the rows it changed as committed (for hooks
+-- and follow-ups). The UPDATE is the same text; a test keeps them equal.
+UPDATE awa.jobs AS jobs
+SET state = outcome.state::awa.job_state,
+    run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
+                  ELSE now() + outcome.delay_s * interval '1 second' END,
+    attempt = jobs.attempt - outcome.refund,
+    finalized_at = CASE WHEN outcome.state IN ('completed', 'failed', 'cancelled') THEN now() END,
+    worker_id = NULL,
+    -- Only a parked job keeps the callback its attempt registered.
+    callback_id = CASE WHEN outcome.state = 'waiting_external' THEN jobs.callback_id END,
+    callback_timeout_at = CASE WHEN outcome.state = 'waiting_external'
+                               THEN jobs.callback_timeout_at END,
+    errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
+                  ELSE coalesce(jobs.errors, '[]'::jsonb)
+                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error)
+WHERE jobs.id = outcome.id
+  AND jobs.run_lease = outcome.run_lease
+  AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
+  -- Compared as text on purpose: jobs_running_idx must not drive this join.
+  -- Its row estimate is often stale (tiny), and a plan that scans it as the
+  -- outer side re-reads the whole batch for every running job.
   AND jobs.state::text = 'running'
-RETURNING jobs.id;
+RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+          jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+          jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+          jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+          jobs.callback_id, jobs.callback_timeout_at;
 
 -- name: jobs_register_callback
 -- Gives a running attempt a callback id and its deadline; guarded like every

@@ -1,0 +1,133 @@
+"""pytest fixtures for code that uses awa; enable them in your top-level ``conftest.py``::
+
+    pytest_plugins = ["awa.testing_plugin"]
+
+(A ``conftest.py`` below the top level cannot use ``pytest_plugins``; import
+the three fixtures into it instead.) The fixtures are kept apart from
+:mod:`awa.testing` so that module works without pytest. They need pytest and
+pytest-asyncio, and work in its strict and auto modes alike.
+
+- ``awa_database_url`` (session): a fresh, migrated database, dropped at the
+  end of the session. It is created on the server ``AWA_DATABASE_URL`` points
+  at (the role needs ``CREATEDB``; the database named in the URL is never
+  touched), or without it on a throwaway server (:mod:`awa.embedded`, needs
+  the ``embedded`` extra or ``AWA_PG_BINDIR``).
+- ``awa_client`` (function): an :class:`awa.AsyncClient` on that database,
+  which is emptied first (``awa.jobs`` and ``awa.workers``); register your
+  tasks and hooks on it in the test. It connects on first use and is closed
+  after the test (its worker shut down, if started). It runs on the event
+  loop pytest-asyncio gives function-scoped fixtures, which must be the
+  loop your tests run on: keep ``asyncio_default_fixture_loop_scope`` and
+  ``asyncio_default_test_loop_scope`` the same (both ``function``, the
+  default, or both ``session``). To test an app-wide client instead,
+  override ``awa_client`` to build it on ``awa_database_url``.
+- ``awa_test_client`` (function): an :class:`awa.testing.AwaTestClient` over
+  ``awa_client``.
+
+No pytest entry point is registered: installing awa never adds fixtures to a
+project that did not ask for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from awa.client import AsyncClient
+from awa.testing import AwaTestClient
+
+__all__ = ["awa_client", "awa_database_url", "awa_test_client"]
+
+R = TypeVar("R")
+
+# Administrative statements of the test database's life; none takes user input
+# (database names are made here), and none belongs to awa's runtime queries.
+_CREATE_DATABASE: Final = 'CREATE DATABASE "{name}"'
+_DROP_DATABASE: Final = 'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+_EMPTY_TABLES: Final = "TRUNCATE awa.jobs, awa.workers RESTART IDENTITY"
+
+
+@pytest.fixture(scope="session")
+def awa_database_url() -> Iterator[str]:
+    """The URL of a fresh, migrated database for this test session."""
+    server_url = os.environ.get("AWA_DATABASE_URL")
+    server: Any = None
+    if not server_url:
+        from awa.embedded import EmbeddedPostgres
+
+        server = EmbeddedPostgres(durable=False)
+        server_url = str(server.start())
+    name = f"awa_test_{uuid.uuid4().hex[:12]}"
+    try:
+        _run_in_thread(_create_database, server_url, name)
+        yield _with_database(server_url, name)
+    finally:
+        try:
+            _run_in_thread(_drop_database, server_url, name)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+@pytest_asyncio.fixture
+async def awa_client(awa_database_url: str) -> AsyncIterator[AsyncClient]:
+    """A client on the session's database, emptied for this test."""
+    connection = await asyncpg.connect(awa_database_url)
+    try:
+        await connection.execute(_EMPTY_TABLES)
+    finally:
+        await connection.close()
+    async with AsyncClient(awa_database_url) as client:
+        yield client
+
+
+@pytest.fixture
+def awa_test_client(awa_client: AsyncClient) -> AwaTestClient:
+    """An :class:`awa.testing.AwaTestClient` over ``awa_client``."""
+    return AwaTestClient(awa_client)
+
+
+def _with_database(url: str, database: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
+
+
+async def _create_database(server_url: str, name: str) -> None:
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(_CREATE_DATABASE.format(name=name))
+    finally:
+        await admin.close()
+    async with AsyncClient(_with_database(server_url, name)) as client:
+        await client.migrate()
+
+
+async def _drop_database(server_url: str, name: str) -> None:
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(_DROP_DATABASE.format(name=name))
+    finally:
+        await admin.close()
+
+
+def _run_in_thread(function: Callable[..., Awaitable[R]], *args: Any) -> R:
+    """Runs ``function(*args)`` on an event loop of its own, in a thread of its
+    own: session setup must not borrow (or disturb) the loops pytest-asyncio
+    manages, and its connections must not outlive the loop they were made on."""
+
+    def run() -> R:
+        async def main() -> R:
+            return await function(*args)
+
+        return asyncio.run(main())
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="awa-testing") as pool:
+        return pool.submit(run).result()

@@ -1,0 +1,306 @@
+"""awa.testing on a real PostgreSQL: AwaTestClient.work_one through the worker's
+own executor and completer, and the pytest fixtures of awa.testing_plugin used
+the way an application's test suite uses them."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import awa
+from awa import events
+from awa.testing import AwaTestClient
+
+# The fixtures, imported as a conftest below the top level must (pytest only
+# honours `pytest_plugins` in the top-level conftest); they then run under this
+# suite's asyncio settings (auto mode, session loop).
+from awa.testing_plugin import awa_client, awa_database_url, awa_test_client  # noqa: F401
+
+
+class StageA(BaseModel):
+    item: int
+
+
+class StageB(BaseModel):
+    item_id: int
+
+
+class Audit(BaseModel):
+    item: int
+
+
+class Other(BaseModel):
+    note: str
+
+
+def register_stage_a(client: awa.AsyncClient, handler: Any = None) -> None:
+    async def stage_a(job: awa.Job[StageA]) -> None:
+        return None
+
+    client.task(StageA)(handler or stage_a)
+
+
+async def test_work_one_completes_a_job_and_returns_its_committed_row(client, conn):
+    seen: list[int] = []
+
+    @client.task(StageA)
+    async def stage_a(job: awa.Job[StageA]) -> None:
+        assert job.state is awa.JobState.Running
+        seen.append(job.args.item)
+
+    inserted = await client.insert(StageA(item=7))
+    result = await AwaTestClient(client).work_one()
+
+    assert result is not None
+    assert seen == [7]
+    assert (result.outcome, result.error) == ("completed", None)
+    assert result.job.id == inserted.id
+    assert result.job.state is awa.JobState.Completed
+    assert result.job.attempt == 1
+    assert result.job.finalized_at is not None
+    assert result.job.args == StageA(item=7)
+    stored = await conn.fetchrow("SELECT state::text, worker_id FROM awa.jobs")
+    assert (stored["state"], stored["worker_id"]) == ("completed", None)
+    assert await conn.fetchval("SELECT count(*) FROM awa.workers") == 0
+
+
+async def test_work_one_returns_after_the_hooks_it_dispatched_have_run(client):
+    register_stage_a(client)
+    received: list[events.JobEvent] = []
+    client.on_event(StageA, received.append)  # a plain hook: it runs in a thread
+
+    await client.insert(StageA(item=1))
+    result = await AwaTestClient(client).work_one(StageA)
+
+    assert result is not None
+    completed = [event for event in received if isinstance(event, events.Completed)]
+    assert len(completed) == 1
+    assert completed[0].job.state is awa.JobState.Completed
+    assert completed[0].args == StageA(item=1)
+    assert any(isinstance(event, events.Started) for event in received)
+
+
+async def test_work_one_inserts_staged_and_spec_follow_ups_with_the_completion(client):
+    @client.task(StageA)
+    async def stage_a(job: awa.Job[StageA]) -> None:
+        job.enqueue_on_completion(StageB(item_id=job.args.item * 10), priority=1)
+
+    client.on_completed_enqueue(StageA, lambda args, job: Audit(item=args.item))
+    await client.insert(StageA(item=4))
+
+    result = await AwaTestClient(client).work_one()
+
+    assert result is not None and result.outcome == "completed"
+    follow_ups = {job.kind: job for job in await client.list_jobs(state="available")}
+    assert set(follow_ups) == {"stage_b", "audit"}
+    assert follow_ups["stage_b"].args_json == '{"item_id":40}'
+    assert follow_ups["stage_b"].priority == 1
+    assert follow_ups["audit"].args_json == '{"item":4}'
+
+
+async def test_drain_works_follow_ups_until_none_is_left(client):
+    @client.task(StageA)
+    async def stage_a(job: awa.Job[StageA]) -> None:
+        job.enqueue_on_completion(StageB(item_id=job.args.item))
+
+    @client.task(StageB)
+    async def stage_b(job: awa.Job[StageB]) -> None:
+        return None
+
+    await client.insert(StageA(item=1))
+    results = await AwaTestClient(client).drain()
+
+    assert [(r.job.kind, r.outcome) for r in results] == [
+        ("stage_a", "completed"),
+        ("stage_b", "completed"),
+    ]
+
+
+async def test_work_one_reports_a_raising_handler_as_retried_with_its_error(client):
+    async def failing(job: awa.Job[StageA]) -> None:
+        raise ValueError("boom")
+
+    register_stage_a(client, failing)
+    await client.insert(StageA(item=1))
+
+    result = await AwaTestClient(client).work_one()
+
+    assert result is not None
+    assert (result.outcome, result.error) == ("retried", "ValueError: boom")
+    assert result.job.state is awa.JobState.Retryable
+    assert result.job.errors[-1]["message"] == "boom"
+
+
+def _raise(error: Exception) -> Any:
+    raise error
+
+
+def _swallow_staging_error(job: awa.Job[Any]) -> None:
+    try:
+        job.enqueue_on_completion(StageB(item_id=1), priority=9)
+    except awa.StagingError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "insert_options", "outcome", "state", "error"),
+    [
+        (lambda job: None, {}, "completed", "completed", None),
+        (lambda job: _raise(ValueError("x")), {"max_attempts": 1}, "exhausted", "failed", "ValueError: x"),
+        (lambda job: _raise(awa.TerminalError("no")), {}, "exhausted", "failed", "TerminalError: no"),
+        (lambda job: awa.Cancel("enough"), {}, "cancelled", "cancelled", "Cancel: enough"),
+        (lambda job: awa.Snooze(60), {}, "snoozed", "scheduled", None),
+        (lambda job: awa.RetryAfter(60), {}, "retried", "retryable", None),
+        (_swallow_staging_error, {}, "exhausted", "failed", "StagingError"),
+    ],
+    ids=["completed", "exhausted", "terminal", "cancelled", "snoozed", "retry_after", "swallowed"],
+)  # fmt: skip
+async def test_work_one_names_each_outcome_as_hooks_do(
+    client, behaviour, insert_options, outcome, state, error
+):
+    def handler(job: awa.Job[StageA]) -> Any:  # a plain def: it runs in a thread
+        return behaviour(job)
+
+    register_stage_a(client, handler)
+    await client.insert(StageA(item=1), **insert_options)
+
+    result = await AwaTestClient(client).work_one()
+
+    assert result is not None
+    assert (result.outcome, result.job.state.value) == (outcome, state)
+    if error is None or outcome == "retried":
+        assert result.error is None or outcome == "retried"
+    else:
+        assert result.error is not None and result.error.startswith(error)
+
+
+async def test_work_one_returns_none_when_no_job_is_available(client):
+    register_stage_a(client)
+    test_client = AwaTestClient(client)
+    assert await test_client.work_one() is None
+    await client.insert(StageA(item=1), run_at=datetime.timedelta(hours=1))  # scheduled
+    assert await test_client.work_one() is None
+
+
+async def test_work_one_with_a_kind_or_queue_leaves_other_jobs_untouched(client, conn):
+    register_stage_a(client)
+    other = await client.insert(Other(note="more urgent"), priority=1)
+    elsewhere = await client.insert(StageA(item=2), queue="elsewhere", priority=1)
+    mine = await client.insert(StageA(item=1))
+    test_client = AwaTestClient(client)
+
+    by_type = await test_client.work_one(StageA, queue="default")
+    assert by_type is not None and by_type.job.id == mine.id
+    by_kind = await test_client.work_one("stage_a")
+    assert by_kind is not None and by_kind.job.id == elsewhere.id
+    assert await test_client.work_one("stage_a") is None
+
+    untouched = await client.get_job(other.id)
+    assert (untouched.state, untouched.attempt, untouched.run_lease) == (
+        awa.JobState.Available,
+        0,
+        0,
+    )
+
+
+async def test_work_one_gives_back_a_job_whose_handler_outlives_the_timeout(client, conn):
+    never = asyncio.Event()
+
+    async def stuck(job: awa.Job[StageA]) -> None:
+        await never.wait()
+
+    register_stage_a(client, stuck)
+    inserted = await client.insert(StageA(item=1))
+
+    with pytest.raises(TimeoutError, match="did not finish"):
+        await AwaTestClient(client).work_one(timeout=0.05)
+
+    job = await client.get_job(inserted.id)
+    assert (job.state, job.attempt) == (awa.JobState.Available, 0)
+
+
+# ── the pytest fixtures ──────────────────────────────────────────────────
+
+
+async def test_the_fixtures_give_a_migrated_client_and_a_test_client(
+    awa_client,  # noqa: F811 - the fixture imported above
+    awa_test_client,  # noqa: F811
+):
+    assert awa_test_client.client is awa_client
+    assert await awa_client.count_by_state() == {}
+    register_stage_a(awa_client)
+    await awa_client.insert(StageA(item=1))
+
+    result = await awa_test_client.work_one()
+
+    assert result is not None and result.outcome == "completed"
+
+
+USER_CONFTEST = """
+pytest_plugins = ["awa.testing_plugin"]
+"""
+
+USER_TESTS = """
+import pytest
+from pydantic import BaseModel
+
+
+class Ping(BaseModel):
+    n: int
+
+
+@pytest.fixture
+def app(awa_client):
+    @awa_client.task(Ping)
+    async def ping(job):
+        job.enqueue_on_completion(Ping(n=job.args.n + 1)) if job.args.n == 0 else None
+
+    return awa_client
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("run", [1, 2])
+async def test_each_test_starts_from_an_empty_queue(app, awa_test_client, run):
+    job = await app.insert(Ping(n=0))
+    assert job.id == 1
+    result = await awa_test_client.work_one()
+    assert result.outcome == "completed"
+    assert [j.args.n for j in await app.list_jobs()] == [1, 0]
+"""
+
+USER_INI = """
+[pytest]
+asyncio_mode = strict
+asyncio_default_fixture_loop_scope = function
+asyncio_default_test_loop_scope = function
+filterwarnings = error
+"""
+
+
+async def test_the_plugin_works_in_a_users_project_in_strict_mode(server_url, tmp_path):
+    (tmp_path / "pytest.ini").write_text(USER_INI)
+    (tmp_path / "conftest.py").write_text(USER_CONFTEST)
+    (tmp_path / "test_app.py").write_text(textwrap.dedent(USER_TESTS))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=tmp_path,
+        env={**os.environ, "AWA_DATABASE_URL": server_url},
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 90)
+    report = out.decode()
+    assert process.returncode == 0, report
+    assert "2 passed" in report
