@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core, metrics
 from awa.errors import ConfigurationError, StagingError, ValidationError
+from awa.events import RescueReason
 from awa.hooks import (
     CANCELLED,
     COMPLETED,
@@ -125,6 +126,8 @@ class FollowUpSpec:
 def _context_value(transition: Transition, field: str) -> Any:
     if field == "next_run_at":
         return transition.job.run_at
+    if field == "reason" and transition.outcome == RESCUED:
+        return RescueReason(transition.reason)
     return getattr(transition, field)
 
 

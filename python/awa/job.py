@@ -204,8 +204,8 @@ class Job(Generic[T]):
         outcome discards it. At most 16 follow-ups and 64 KiB per attempt.
 
         Raises :class:`awa.StagingError` for anything the insert would refuse,
-        and once the handler has returned. The attempt then fails for good,
-        even if the handler catches the error.
+        and once the handler has returned. A handler that catches the error
+        and then returns normally (completes) fails for good instead.
         """
         if self._stage is None:
             raise StagingError(

@@ -145,7 +145,8 @@ def discard_staged(pending: Pending, why: str) -> None:
         if pending.outcome == WAITING_FOR_CALLBACK:
             log.warning(
                 "job %d (%s) parked for a callback with %d staged follow-up(s); they are "
-                "discarded (stage them after wait_for_callback instead)",
+                "discarded (only a completion inserts them; an on_completed_enqueue spec sees "
+                "the callback's result in job.metadata)",
                 pending.job.id,
                 pending.job.kind,
                 pending.staged_count,

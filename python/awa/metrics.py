@@ -36,7 +36,8 @@ def value(name: str, **labels: str) -> int:
         return _counters.get((name, tuple(sorted(labels.items()))), 0)
 
 
-def snapshot() -> dict[tuple[str, Mapping[str, str]], int]:
-    """Every counter: ``{(name, labels): total}``."""
+def snapshot() -> list[tuple[str, Mapping[str, str], int]]:
+    """Every counter as ``(name, labels, total)``, sorted by name."""
     with _lock:
-        return {(name, dict(labels)): total for (name, labels), total in _counters.items()}
+        items = sorted(_counters.items())
+    return [(name, dict(labels), total) for (name, labels), total in items]

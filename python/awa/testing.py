@@ -3,8 +3,8 @@
 - :class:`AwaTestClient` claims one available job and works it with the
   worker's own executor and completer, so hooks fire and follow-ups (the
   client's ``on_*_enqueue`` specs and the handler's staged ones) are inserted
-  in the completion's transaction, exactly as in production. No worker
-  process is started: nothing runs in the background between two calls.
+  in the completion's transaction, exactly as in production. No worker is
+  started: nothing runs in the background between two calls.
 - :class:`HandlerJob` is a running :class:`awa.Job` built in memory, for unit
   tests of a handler: ``await job.run(handler)`` calls it as the worker would
   and ``job.staged`` lists what it staged with ``enqueue_on_completion``.
@@ -19,13 +19,17 @@ from __future__ import annotations
 import asyncio
 import datetime
 import inspect
+import logging
+import os
 import random
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from awa import _core
 from awa.completer import Completer
+from awa.db import Database
 from awa.errors import ConfigurationError
 from awa.executor import Executor
 from awa.followups import FollowUpStage
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from awa.client import AsyncClient
 
 T = TypeVar("T")
+
+log = logging.getLogger("awa.testing")
 
 __all__ = ["AwaTestClient", "HandlerJob", "StagedFollowUp", "WorkResult"]
 
@@ -79,8 +85,10 @@ class AwaTestClient:
     """Works jobs of ``client`` one at a time, in the test's own event loop.
 
     Uses the client's tasks, hooks and follow-up specs; needs a migrated
-    schema but no running worker (``client.start``). Safe beside a running
-    worker: each call claims with ``FOR UPDATE SKIP LOCKED`` like a worker.
+    schema but no running worker (``client.start``). Each call registers a
+    worker row for its own duration and removes it, so it can also run beside
+    real workers: its claim skips their jobs, and their rescuer leaves its job
+    alone.
     """
 
     def __init__(self, client: AsyncClient) -> None:
@@ -108,13 +116,29 @@ class AwaTestClient:
         attempt not counted), and :class:`TimeoutError` is raised; so is it
         when hooks are still running.
         """
-        client = self.client
         kind = self._kind(kind_or_type)
         if queue is not None and not isinstance(queue, str):
             raise ConfigurationError(f"queue must be a string (got {queue!r})")
-        db = await client._database()
+        db = await self.client._database()
         await db.require_schema()
-        row = await db.fetchrow("jobs_claim_one", kind, queue)
+        # A worker row for the call, so a rescuer running elsewhere sees the
+        # claim as alive (a job without a live worker is orphaned at once).
+        worker_id = await db.fetchval(
+            "workers_register", socket.gethostname(), os.getpid(), [queue] if queue else []
+        )
+        try:
+            return await self._work(db, worker_id, kind, queue, timeout)
+        finally:
+            try:
+                await db.execute("workers_deregister", worker_id)
+            except Exception as error:  # noqa: BLE001 - the maintenance cleans it up
+                log.warning("could not remove the test worker row %d (%s)", worker_id, error)
+
+    async def _work(
+        self, db: Database, worker_id: int, kind: str | None, queue: str | None, timeout: float
+    ) -> WorkResult | None:
+        client = self.client
+        row = await db.fetchrow("jobs_claim_one", kind, queue, worker_id)
         if row is None:
             return None
         job_id, run_lease, attempt = row["id"], row["run_lease"], row["attempt"]
@@ -129,28 +153,30 @@ class AwaTestClient:
         dispatcher.mark_all_ready()
         plan = dispatcher.plan_claim()
         assert plan is not None, "a fresh one-slot dispatcher always plans a claim"
-        plan_id = plan[0]
+        written = False
         try:
-            executor.start(row, plan_id)
+            try:
+                executor.start(row, plan[0])
+            finally:
+                dispatcher.settle_claim(plan[0])
+            # Waits for the handler; one still running after `timeout` is cancelled.
+            await executor.stop(timeout)
+            if dispatcher.held()[0]:
+                raise TimeoutError(
+                    f"the handler of job {job_id} ({row['kind']}) did not finish within "
+                    f"{timeout}s; it was cancelled and the job made available again"
+                )
+            completer.stop()
+            try:
+                await asyncio.wait_for(completer.run(), FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"writing the outcome of job {job_id} took over {FLUSH_TIMEOUT_S}s"
+                ) from None
+            written = True
         finally:
-            dispatcher.settle_claim(plan_id)
-
-        # Waits for the handler; one still running after `timeout` is cancelled.
-        await executor.stop(timeout)
-        if dispatcher.held()[0]:
-            await self._release(job_id, run_lease)
-            raise TimeoutError(
-                f"the handler of job {job_id} ({row['kind']}) did not finish within "
-                f"{timeout}s; it was cancelled and the job made available again"
-            )
-        completer.stop()
-        try:
-            await asyncio.wait_for(completer.run(), FLUSH_TIMEOUT_S)
-        except TimeoutError:
-            await self._release(job_id, run_lease)
-            raise TimeoutError(
-                f"writing the outcome of job {job_id} took over {FLUSH_TIMEOUT_S}s"
-            ) from None
+            if not written:
+                await self._give_back(db, executor, job_id, run_lease)
         if not await lifecycle.hooks.wait_idle(timeout):
             raise TimeoutError(f"hooks for job {job_id} were still running after {timeout}s")
 
@@ -179,17 +205,25 @@ class AwaTestClient:
             if result is None:
                 return results
             results.append(result)
-        raise RuntimeError(f"drain: jobs were still available after {max_jobs}")
+        raise RuntimeError(f"drain: jobs were still available after working {max_jobs}")
 
     def _kind(self, kind_or_type: str | type[Any] | None) -> str | None:
         if kind_or_type is None or isinstance(kind_or_type, str):
             return kind_or_type
         return self.client._registry.kind_of_type(kind_or_type, None)
 
-    async def _release(self, job_id: int, run_lease: int) -> None:
-        """Gives the job back (as a worker does at shutdown) if this attempt holds it."""
-        db = await self.client._database()
-        await db.fetchrow("jobs_release", [job_id], [run_lease])
+    async def _give_back(
+        self, db: Database, executor: Executor, job_id: int, run_lease: int
+    ) -> None:
+        """After a timeout or an error: stops the handler if it still runs (it then
+        records nothing) and makes the job available again, as a worker does at
+        shutdown. The release is guarded by the run lease, so it changes nothing
+        when the attempt's outcome was written after all."""
+        await executor.stop(0.0)
+        try:
+            await db.fetchrow("jobs_release", [job_id], [run_lease])
+        except Exception as error:  # noqa: BLE001 - the caller's error matters more
+            log.warning("could not give job %d back (%s); it stays running", job_id, error)
 
 
 def _attempt_error(job: Job[Any], attempt: int, outcome: str) -> str | None:

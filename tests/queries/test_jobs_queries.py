@@ -339,3 +339,25 @@ async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
     )  # fmt: skip
     assert again is None
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 3
+
+
+async def test_claim_one_takes_one_job_of_a_kind_and_queue(conn):
+    worker = await register_worker(conn)
+    await conn.execute(
+        """INSERT INTO awa.jobs (kind, queue, priority, state) VALUES
+           ('other', 'q', 1, 'available'), ('mine', 'elsewhere', 1, 'available'),
+           ('mine', 'q', 3, 'available'), ('mine', 'q', 2, 'scheduled')"""
+    )
+    row = await conn.fetchrow(Q("jobs_claim_one"), "mine", "q", worker)
+    assert (row["kind"], row["queue"], row["priority"]) == ("mine", "q", 3)
+    assert (row["state"], row["attempt"], row["run_lease"]) == ("running", 1, 1)
+    stored = await conn.fetchrow(
+        "SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", row["id"]
+    )
+    assert stored["worker_id"] == worker
+    assert stored["attempted_at"] is not None
+    assert await conn.fetchrow(Q("jobs_claim_one"), "mine", "q", worker) is None
+    # Without filters: the most urgent available job of any kind and queue.
+    assert (await conn.fetchrow(Q("jobs_claim_one"), None, None, worker))["kind"] == "other"
+    assert (await conn.fetchrow(Q("jobs_claim_one"), None, None, worker))["queue"] == "elsewhere"
+    assert await conn.fetchrow(Q("jobs_claim_one"), None, None, worker) is None

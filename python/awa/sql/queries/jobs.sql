@@ -189,7 +189,7 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
--- for awa.testing (no worker process: worker_id stays NULL). Starting the
+-- for awa.testing, which registers worker $3 for the call. Starting the
 -- attempt bumps attempt and run_lease exactly as jobs_claim does.
 WITH picked AS (
     SELECT id FROM awa.jobs
@@ -205,7 +205,7 @@ SET state = 'running',
     attempt = jobs.attempt + 1,
     run_lease = jobs.run_lease + 1,
     attempted_at = now(),
-    worker_id = NULL
+    worker_id = $3
 FROM picked
 WHERE jobs.id = picked.id
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
