@@ -383,7 +383,10 @@ mod tests {
         // The same period number under different lengths is a different key.
         let hourly = opts(true, true, Some(3600));
         assert_ne!(
-            hourly.key("k", "q", "{}", Some(5 * 3_600_000_000)).unwrap().0,
+            hourly
+                .key("k", "q", "{}", Some(5 * 3_600_000_000))
+                .unwrap()
+                .0,
             all.key("k", "q", "{}", Some(5 * 60_000_000)).unwrap().0
         );
     }

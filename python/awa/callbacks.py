@@ -90,7 +90,7 @@ async def _resolve(
             except FollowUpFailed as failed:
                 raise FollowUpError(f"{failed}; the callback was not resolved") from failed.error
             await db.fetchval(
-                "jobs_insert_follow_ups", *follow_ups.rows.columns(), connection=connection
+                "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
             )
     lifecycle.committed([transition], None, None)
     return job

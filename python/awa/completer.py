@@ -195,7 +195,7 @@ class Completer:
         follow_ups = self._lifecycle.follow_up_rows(pairs)
         if not len(follow_ups):
             return follow_ups, None
-        written = await self._insert_follow_ups.fetchval(connection, *follow_ups.rows.columns())
+        written = await self._insert_follow_ups.fetchval(connection, follow_ups.rows.json_rows())
         return follow_ups, written
 
     def _replace_outcome(

@@ -10,6 +10,7 @@
 mod codec;
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -17,6 +18,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::completion::{self, Attempt, Columns, ErrorReport};
 use crate::dispatch::{self, ClaimPlan};
+use crate::json::{write_lossy_string, JsonWriter};
 use crate::payload::{self, Invalid};
 use crate::rescue::{self, Orphan};
 use crate::retry::{self, Jitter};
@@ -291,6 +293,21 @@ impl InsertRows {
     }
 
     /// Whether any row carries a unique key.
+    /// The rows as one JSON array of arrays (see `_core.pyi`), for a
+    /// statement that reads them with `jsonb_array_elements`.
+    fn json_rows(&self) -> String {
+        let mut writer = JsonWriter::with_capacity(self.kinds.len() * 160);
+        writer.begin_array();
+        for row in 0..self.kinds.len() {
+            if row > 0 {
+                writer.comma();
+            }
+            self.write_json_row(&mut writer, row);
+        }
+        writer.end_array();
+        writer.out
+    }
+
     fn has_unique(&self) -> bool {
         self.unique_keys.iter().any(Option::is_some)
     }
@@ -416,6 +433,60 @@ impl InsertRows {
         self.unique_states.extend_from_slice(&other.unique_states);
     }
 
+    /// One row as a JSON array, in the order `json_rows` documents. Text was
+    /// checked for NUL characters when the row was added.
+    fn write_json_row(&self, writer: &mut JsonWriter, row: usize) {
+        writer.begin_array();
+        write_lossy_string(writer, &self.kinds[row]);
+        writer.comma();
+        write_lossy_string(writer, &self.queues[row]);
+        writer.comma();
+        writer.raw(&self.args[row]);
+        writer.comma();
+        writer.i64(self.priorities[row].into());
+        writer.comma();
+        writer.i64(self.max_attempts[row].into());
+        writer.comma();
+        optional_json_int(writer, self.max_crashes[row].map(i64::from));
+        writer.comma();
+        optional_json_int(writer, self.run_at_us[row]);
+        writer.comma();
+        match &self.tags[row] {
+            Some(tags) if !tags.is_empty() => {
+                writer.begin_array();
+                for (index, tag) in tags.iter().enumerate() {
+                    if index > 0 {
+                        writer.comma();
+                    }
+                    write_lossy_string(writer, tag);
+                }
+                writer.end_array();
+            }
+            _ => writer.null(),
+        }
+        writer.comma();
+        match &self.metadata[row] {
+            Some(json) => writer.raw(json),
+            None => writer.null(),
+        }
+        writer.comma();
+        match &self.unique_keys[row] {
+            Some(key) => {
+                let mut hex = String::with_capacity(2 * key.len() + 2);
+                hex.push('"');
+                for byte in key {
+                    let _ = write!(hex, "{byte:02x}");
+                }
+                hex.push('"');
+                writer.raw(&hex);
+            }
+            None => writer.null(),
+        }
+        writer.comma();
+        optional_json_int(writer, self.unique_states[row].map(i64::from));
+        writer.end_array();
+    }
+
     fn has_run_at(&self) -> bool {
         self.run_at_us.iter().any(Option::is_some)
     }
@@ -458,6 +529,13 @@ impl InsertRows {
             out.push_str(&payload::format_timestamp_us(micros));
         }
         out.push('\n');
+    }
+}
+
+fn optional_json_int(writer: &mut JsonWriter, value: Option<i64>) {
+    match value {
+        Some(number) => writer.i64(number),
+        None => writer.null(),
     }
 }
 

@@ -316,48 +316,24 @@ def test_observed_finish_applies_exactly_the_same_update_as_the_plain_one():
 
 
 async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
-    key = b"k" * 16
-    written = await conn.fetchval(
-        sql.query("jobs_insert_follow_ups"),
-        ["a", "b", "b", "c"],
-        ["q"] * 4,
-        ["{}"] * 4,
-        [2] * 4,
-        [25] * 4,
-        [None] * 4,
-        [None] * 4,
-        [None] * 4,
-        [None] * 4,
-        [None, key, key, None],
-        [None, 63, 63, None],
-    )
+    from awa import _core
+
+    rows = _core.InsertRows(4)
+    unique = (True, False, None, 63)
+    rows.add({}, "a", "q", 2, 25, None, None, None, None)
+    rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
+    rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
+    rows.add({"x": [1]}, "c", "q", 3, 7, 2, 0, ["t1", "t2"], {"m": True})
+    written = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
     # The second keyed row duplicates the first and is skipped.
     assert written == [1, 2, 4]
-    again = await conn.fetchval(
-        sql.query("jobs_insert_follow_ups"),
-        ["b"], ["q"], ["{}"], [2], [25], [None], [None], [None], [None], [key], [63],
-    )  # fmt: skip
-    assert again is None
-    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 3
-
-
-async def test_claim_one_takes_one_job_of_a_kind_and_queue(conn):
-    worker = await register_worker(conn)
-    await conn.execute(
-        """INSERT INTO awa.jobs (kind, queue, priority, state) VALUES
-           ('other', 'q', 1, 'available'), ('mine', 'elsewhere', 1, 'available'),
-           ('mine', 'q', 3, 'available'), ('mine', 'q', 2, 'scheduled')"""
-    )
-    row = await conn.fetchrow(Q("jobs_claim_one"), "mine", "q", worker)
-    assert (row["kind"], row["queue"], row["priority"]) == ("mine", "q", 3)
-    assert (row["state"], row["attempt"], row["run_lease"]) == ("running", 1, 1)
-    stored = await conn.fetchrow(
-        "SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", row["id"]
-    )
-    assert stored["worker_id"] == worker
-    assert stored["attempted_at"] is not None
-    assert await conn.fetchrow(Q("jobs_claim_one"), "mine", "q", worker) is None
-    # Without filters: the most urgent available job of any kind and queue.
-    assert (await conn.fetchrow(Q("jobs_claim_one"), None, None, worker))["kind"] == "other"
-    assert (await conn.fetchrow(Q("jobs_claim_one"), None, None, worker))["queue"] == "elsewhere"
-    assert await conn.fetchrow(Q("jobs_claim_one"), None, None, worker) is None
+    again = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    assert again == [1, 4]
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 5
+    row = await conn.fetchrow("SELECT * FROM awa.jobs WHERE kind = 'c' ORDER BY id LIMIT 1")
+    assert (row["priority"], row["max_attempts"], row["max_crashes"]) == (3, 7, 2)
+    assert row["tags"] == ["t1", "t2"]
+    assert row["metadata"] == '{"m": true}' and row["args"] == '{"x": [1]}'
+    assert row["run_at"].timestamp() == 0 and row["state"] == "available"
+    plain = await conn.fetchrow("SELECT * FROM awa.jobs WHERE kind = 'a' ORDER BY id LIMIT 1")
+    assert plain["tags"] is None and plain["metadata"] is None and plain["unique_key"] is None

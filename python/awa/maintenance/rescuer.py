@@ -112,7 +112,7 @@ class Rescuer:
         try:
             follow_ups = lifecycle.follow_up_rows([(transition, None)])
             if len(follow_ups):
-                await self._db.fetchrow("jobs_insert_follow_ups", *follow_ups.rows.columns())
+                await self._db.fetchrow("jobs_insert_follow_ups", follow_ups.rows.json_rows())
         except FollowUpFailed as failed:
             log.error("%s; the rescue stands without its follow-up", failed)
         except Exception as error:  # noqa: BLE001 - the rescue stands either way

@@ -66,24 +66,35 @@ ORDER BY id;
 -- name: jobs_insert_follow_ups
 -- Inserts the follow-ups of committed outcomes, inside the transaction that
 -- applies them, and returns the positions (1-based) of the rows written;
--- a follow-up whose unique key is already held is skipped. Keyed rows go
--- first, in key order, so two flushes never wait on each other crosswise.
+-- a follow-up whose unique key is already held is skipped. The rows come as
+-- one JSON array of arrays (InsertRows.json_rows: kind, queue, args,
+-- priority, max_attempts, max_crashes, run_at_us, tags, metadata, unique
+-- key in hex, unique_states), which costs far less to send than eleven
+-- arrays. Keyed rows go first, in key order, so two flushes never wait on
+-- each other crosswise.
 WITH input AS (
-    SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
-           u.tags, u.metadata, u.unique_key, u.unique_states,
-           coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at
-    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
-                $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[], $10::bytea[],
-                $11::smallint[])
-         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
-                              run_at_us, tags, metadata, unique_key, unique_states, ord)
+    SELECT e.ord,
+           e.r ->> 0 AS kind,
+           e.r ->> 1 AS queue,
+           e.r -> 2 AS args,
+           (e.r ->> 3)::smallint AS priority,
+           (e.r ->> 4)::smallint AS max_attempts,
+           (e.r ->> 5)::smallint AS max_crashes,
+           coalesce(timestamptz 'epoch' + (e.r ->> 6)::bigint * interval '1 microsecond',
+                    now()) AS run_at,
+           CASE WHEN e.r ->> 7 IS NOT NULL
+                THEN ARRAY(SELECT jsonb_array_elements_text(e.r -> 7)) END AS tags,
+           nullif(e.r -> 8, 'null'::jsonb) AS metadata,
+           decode(e.r ->> 9, 'hex') AS unique_key,
+           (e.r ->> 10)::smallint AS unique_states
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(r, ord)
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states)
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags::text[], metadata,
+           priority, max_attempts, max_crashes, run_at, tags, metadata,
            unique_key, unique_states
     FROM input
     ORDER BY unique_key NULLS LAST, ord
