@@ -38,6 +38,16 @@ class Recorder:
         return await eventually(enough)
 
 
+async def orphan(conn, job_id: int) -> None:
+    """Makes the job look held by a worker that died: running, under a
+    worker id that does not exist."""
+    await conn.execute(
+        "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = run_lease + 1, "
+        "worker_id = 987654321 WHERE id = $1",
+        job_id,
+    )
+
+
 async def run(client, handler, *, max_attempts: int = 25, **insert) -> awa.Job[Any]:
     client.task(Work)(handler)
     job = await client.insert(Work(n=7), max_attempts=max_attempts, **insert)
@@ -250,13 +260,7 @@ async def test_rescue_emits_rescued_with_the_reason_and_runs_rescue_follow_ups(c
     )
     client.task(Work)(lambda job: None)
     job = await client.insert(Work(n=1))
-    # A worker that died holding the job: running, under a worker id that
-    # does not exist.
-    await conn.execute(
-        "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = run_lease + 1, "
-        "worker_id = 987654321 WHERE id = $1",
-        job.id,
-    )
+    await orphan(conn, job.id)
     await client.start([("other", 1)], **FAST_WORKER)
     [rescued] = await recorder.wait_for(events.Rescued)
     assert rescued.reason is awa.RescueReason.StaleHeartbeat
@@ -275,11 +279,7 @@ async def test_a_failing_rescue_follow_up_leaves_the_rescue_applied(client, conn
     client.on_rescued_enqueue(Work, broken)
     client.task(Work)(lambda job: None)
     job = await client.insert(Work(n=1))
-    await conn.execute(
-        "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = run_lease + 1, "
-        "worker_id = 987654321 WHERE id = $1",
-        job.id,
-    )
+    await orphan(conn, job.id)
     await client.start([("other", 1)], **FAST_WORKER)
     row = await wait_for_state(conn, job.id, "retryable")
     assert row["crashes"] == 1
