@@ -70,8 +70,8 @@ ORDER BY id;
 -- one JSON array of arrays (InsertRows.json_rows: kind, queue, args,
 -- priority, max_attempts, max_crashes, run_at_us, tags, metadata, unique
 -- key in hex, unique_states), which costs far less to send than eleven
--- arrays. Keyed rows go first, in key order, so two flushes never wait on
--- each other crosswise.
+-- arrays. Keyed rows are inserted in key order, so two flushes never wait
+-- on each other crosswise.
 WITH input AS (
     SELECT e.ord,
            e.r ->> 0 AS kind,
@@ -88,7 +88,20 @@ WITH input AS (
            decode(e.r ->> 9, 'hex') AS unique_key,
            (e.r ->> 10)::smallint AS unique_states
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(r, ord)
-), inserted AS (
+), plain AS (
+    -- Rows without a key cannot conflict: a plain insert, cheaper than the
+    -- speculative one ON CONFLICT needs.
+    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+                          run_at, tags, metadata)
+    SELECT kind, queue, args,
+           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
+                ELSE 'scheduled'::awa.job_state END,
+           priority, max_attempts, max_crashes, run_at, tags, metadata
+    FROM input
+    WHERE unique_key IS NULL
+    ORDER BY ord
+    RETURNING queue, state
+), keyed AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states)
     SELECT kind, queue, args,
@@ -97,9 +110,10 @@ WITH input AS (
            priority, max_attempts, max_crashes, run_at, tags, metadata,
            unique_key, unique_states
     FROM input
-    ORDER BY unique_key NULLS LAST, ord
+    WHERE unique_key IS NOT NULL
+    ORDER BY unique_key, ord
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, state, unique_key
+    RETURNING queue, state, unique_key
 ), written AS (
     -- RETURNING cannot name the input's position, so rows are matched back:
     -- rows without a key are always written; of the rows sharing a key, only
@@ -110,10 +124,12 @@ WITH input AS (
     FROM (SELECT DISTINCT ON (unique_key) unique_key, ord
           FROM input WHERE unique_key IS NOT NULL
           ORDER BY unique_key, ord) AS first
-    WHERE first.unique_key IN (SELECT unique_key FROM inserted WHERE unique_key IS NOT NULL)
+    WHERE first.unique_key IN (SELECT unique_key FROM keyed)
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+    FROM (SELECT queue FROM plain WHERE state = 'available'
+          UNION
+          SELECT queue FROM keyed WHERE state = 'available') AS woken
 )
 SELECT array_agg(ord ORDER BY ord) AS written, (SELECT count(*) FROM notified) AS notified
 FROM written;
