@@ -38,8 +38,8 @@ from typing import Any, Final
 from awa import _core
 from awa.db import Database, affected_rows
 from awa.followups import FollowUpFailed
-from awa.hooks import Transition
-from awa.lifecycle import FAILED, FollowUpRows, Lifecycle, Pending, discard_staged
+from awa.hooks import FAILED, Transition
+from awa.lifecycle import FollowUpRows, Lifecycle, Pending, discard_staged
 
 log = logging.getLogger("awa.completer")
 
@@ -47,8 +47,6 @@ MAX_RETRY_DELAY_S = 5.0
 # A follow-up failure turns an outcome into a failed attempt (round 1), then
 # into a terminal failure (round 2); after that it is written bare.
 MAX_FOLLOW_UP_REPLACEMENTS: Final = 2
-
-_Columns = tuple[list[Any], ...]
 
 
 class Completer:

@@ -33,9 +33,9 @@ from awa import _core
 from awa.db import Database
 from awa.errors import TerminalError, UnknownJobKind
 from awa.followups import FollowUpStage
-from awa.hooks import CANCELLED, COMPLETED, STARTED, WAITING_FOR_CALLBACK, Transition
+from awa.hooks import CANCELLED, COMPLETED, FAILED, STARTED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job
-from awa.lifecycle import FAILED, Lifecycle, Pending, discard_staged
+from awa.lifecycle import Lifecycle, Pending, discard_staged
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 
 log = logging.getLogger("awa.executor")
@@ -91,9 +91,11 @@ class Executor:
     async def _run(self, job: Job[Any], stage: FollowUpStage) -> None:
         started = time.monotonic()
         try:
-            result = await self._call_handler(job)
+            try:
+                result = await self._call_handler(job)
+            finally:
+                stage.seal()  # staging closes when the handler returns or raises
         except asyncio.CancelledError:
-            stage.seal()
             current = asyncio.current_task()
             if self._shutting_down and current is not None and current.cancelling():
                 # Shutdown interrupted the handler: the worker releases the job.
@@ -102,13 +104,10 @@ class Executor:
                 raise
             self._record_error(job, asyncio.CancelledError("the handler was cancelled"))
         except TerminalError as error:
-            stage.seal()
             self._record_terminal(job, error)
         except Exception as error:  # noqa: BLE001 - any other exception is a retryable failure
-            stage.seal()
             self._record_error(job, error)
         else:
-            stage.seal()
             self._record_result(job, result, time.monotonic() - started)
         self._finish(job)
 

@@ -31,7 +31,7 @@ from awa.hooks import (
     WAITING_FOR_CALLBACK,
     Transition,
 )
-from awa.inserts import INSERT_OPTIONS, UniqueOpts, add_job, check_option_names
+from awa.inserts import UniqueOpts, add_job, check_option_names
 from awa.job import ArgsDecoder
 
 if TYPE_CHECKING:
@@ -214,11 +214,7 @@ class FollowUpStage:
             if self.sealed:
                 self.rows.seal()
         try:
-            unknown = set(options) - INSERT_OPTIONS
-            if unknown:
-                raise StagingError(
-                    f"enqueue_on_completion: unknown options {sorted(unknown)}", "options"
-                )
+            check_option_names(options, "options")
             add_job(self.rows, self.registry, args, **options)
         except StagingError as error:
             self._remember(error)

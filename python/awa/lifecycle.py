@@ -22,7 +22,6 @@ from typing import Any
 from awa import _core, metrics
 from awa.followups import FollowUps, FollowUpStage
 from awa.hooks import (
-    CANCELLED,
     COMPLETED,
     EXHAUSTED,
     FAILED,
@@ -160,6 +159,3 @@ def discard_staged(pending: Pending, why: str) -> None:
             )
         assert pending.stage is not None
         pending.stage.discard()
-
-
-__all__ = ["CANCELLED", "FAILED", "FollowUpRows", "Lifecycle", "Pending", "discard_staged"]
