@@ -13,7 +13,8 @@ and are counted in ``stale``.
 
 Observed outcomes: when an outcome in the batch has hooks, follow-up specs
 or staged follow-ups, the flush becomes one transaction: the guarded
-update, then the changed rows read back, then their follow-ups inserted,
+update returning what it changed in each row (the worker holds the rest),
+then their follow-ups inserted,
 then the commit; events go to hooks only after it. If a spec's closure
 raises for a job, the transaction is rolled back and that job's outcome is
 replaced by a failed attempt naming the closure (its own specs apply),
@@ -174,12 +175,12 @@ class Completer:
 
     def _transitions(self, changed: list[Any], observed: dict[int, Pending]) -> list[Transition]:
         """Transitions of the observed rows this flush changed (stale ones are absent)."""
-        lifecycle = self._lifecycle
-        return [
-            observed[row[0]].transition(lifecycle.committed_job(row))
-            for row in changed
-            if row[0] in observed
-        ]
+        transitions = []
+        for row in changed:
+            pending = observed.get(row[0])
+            if pending is not None:
+                transitions.append(pending.transition(pending.job.finished(row)))
+        return transitions
 
     async def _insert_follow_ups_for(
         self, connection: Any, transitions: list[Transition], observed: dict[int, Pending]

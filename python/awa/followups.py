@@ -104,6 +104,8 @@ class FollowUpSpec:
         job = transition.job
         context = [_context_value(transition, field) for field in SPEC_OUTCOMES[self.outcome]]
         result = self.closure(self.decode_args(job.args_json), job, *context)
+        if type(result) is EnqueueRequest:  # the common case, checked first: this runs per job
+            return [result]
         if inspect.isawaitable(result):
             close = getattr(result, "close", None)
             if close is not None:

@@ -163,6 +163,41 @@ class Job(Generic[T]):
         job._errors = _UNSET
         return job
 
+    def finished(self, row: Any) -> Job[T]:
+        """This attempt's job as its outcome committed it: a copy taking the
+        columns ``jobs_finish_batch_observed`` returns (state, attempt,
+        run_at, finalized_at, errors when appended, callback, tags) from
+        ``row``. Arguments and metadata are decoded again from the stored
+        text, so nothing the handler changed in its copy leaks into this one."""
+        job: Job[T] = Job.__new__(Job)
+        job.id = self.id
+        job.run_lease = self.run_lease
+        job.kind = self.kind
+        job.queue = self.queue
+        job.state = _STATE_BY_NAME[row[1]]
+        job.priority = self.priority
+        job.attempt = row[2]
+        job.max_attempts = self.max_attempts
+        job.crashes = self.crashes
+        job.max_crashes = self.max_crashes
+        job.run_at = row[3]
+        job.created_at = self.created_at
+        job.attempted_at = self.attempted_at
+        job.finalized_at = row[4]
+        job.tags = row[8] or []
+        job._args_json = self._args_json
+        job._metadata_json = self._metadata_json
+        job._errors_json = self._errors_json if row[5] is None else row[5]
+        job.callback_id = row[6]
+        job.callback_timeout_at = row[7]
+        job._stage = None
+        job._db = None
+        job._decode_args = self._decode_args
+        job._args = _UNSET
+        job._metadata = _UNSET
+        job._errors = _UNSET
+        return job
+
     @property
     def args(self) -> T:
         """The job's arguments, decoded into the task's argument type."""

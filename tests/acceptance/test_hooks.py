@@ -89,6 +89,36 @@ async def test_failure_with_attempts_left_emits_retried(client, conn):
     assert retried.job.id == job.id
 
 
+JOB_FIELDS = (
+    "id", "run_lease", "kind", "queue", "state", "priority", "attempt", "max_attempts",
+    "crashes", "max_crashes", "run_at", "created_at", "attempted_at", "finalized_at",
+    "args_json", "tags", "metadata", "errors", "callback_id", "callback_timeout_at",
+)  # fmt: skip
+
+
+async def test_event_job_is_the_row_as_committed_not_the_handlers_copy(client, conn):
+    """The worker sends back only the columns an outcome changes and builds
+    the event's job from its own copy: every field must still match the
+    stored row, and what the handler did to its copy must not show."""
+    recorder = Recorder()
+    client.on_event(Work, recorder)
+
+    async def handler(job):
+        job.args.n = 99
+        job.tags.append("changed by the handler")
+        raise ValueError("flaky")
+
+    job = await run(client, handler, max_attempts=3, tags=["t"], metadata={"m": 1})
+    [retried] = (await recorder.wait_for(events.Retried))[:1]
+    await client.shutdown()
+    stored = await client.get_job(job.id)
+    assert stored.attempt == 1  # shut down before a second attempt committed
+    for name in JOB_FIELDS:
+        assert getattr(retried.job, name) == getattr(stored, name), name
+    assert retried.args == Work(n=7) and retried.job.args == Work(n=7)
+    assert [entry["message"] for entry in retried.job.errors] == ["flaky"]
+
+
 async def test_final_failure_emits_exhausted(client, conn):
     recorder = Recorder()
     client.on_event(Work, recorder)

@@ -270,8 +270,13 @@ WHERE jobs.id = outcome.id
   AND jobs.state::text = 'running';
 
 -- name: jobs_finish_batch_observed
--- jobs_finish_batch, returning the rows it changed as committed (for hooks
--- and follow-ups). The UPDATE is the same text; a test keeps them equal.
+-- jobs_finish_batch, returning what it changed in each row (for hooks and
+-- follow-ups): the worker already holds the rest of the row, so args,
+-- metadata and the other unchanged columns are not sent back (tags are: the
+-- handler's copy is a mutable list). errors comes back only when the
+-- outcome appended to it. The UPDATE is the same text as
+-- jobs_finish_batch; a test keeps them equal. Job.finished reads the columns
+-- by position.
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -295,11 +300,9 @@ WHERE jobs.id = outcome.id
   -- Its row estimate is often stale (tiny), and a plan that scans it as the
   -- outer side re-reads the whole batch for every running job.
   AND jobs.state::text = 'running'
-RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
-          jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
-          jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
-          jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at;
+RETURNING jobs.id, jobs.state::text AS state, jobs.attempt, jobs.run_at, jobs.finalized_at,
+          CASE WHEN outcome.error IS NOT NULL THEN jobs.errors END AS errors,
+          jobs.callback_id, jobs.callback_timeout_at, jobs.tags;
 
 -- name: jobs_register_callback
 -- Gives a running attempt a callback id and its deadline; guarded like every
