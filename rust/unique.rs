@@ -9,6 +9,8 @@
 //! Arguments are compared in canonical form ([`canonical_json`]), so two
 //! argument objects that differ only in key order are the same job.
 
+use std::collections::HashSet;
+
 use sha2::{Digest, Sha256};
 
 use crate::json::{self, find_nul, render_path, Builder, JsonWriter, ParseError};
@@ -172,6 +174,26 @@ pub fn period_bucket(now_us: i64, period_s: i64) -> i64 {
     now_us.div_euclid(micros_per_period)
 }
 
+/// Which rows of an insert that skips duplicates were written, by position,
+/// given the keys the database reports inserted. A row without a key is
+/// always written; of the rows sharing a key, only the first can have been,
+/// and only if its key is among `inserted`.
+pub fn rows_written(
+    keys: &[Option<[u8; UNIQUE_KEY_BYTES]>],
+    inserted: &[[u8; UNIQUE_KEY_BYTES]],
+) -> Vec<usize> {
+    let mut remaining: HashSet<&[u8; UNIQUE_KEY_BYTES]> = inserted.iter().collect();
+    keys.iter()
+        .enumerate()
+        .filter(|(_, key)| match key {
+            None => true,
+            // Removed on first sight: a later row with the key was skipped.
+            Some(key) => remaining.remove(key),
+        })
+        .map(|(row, _)| row)
+        .collect()
+}
+
 /// Builds canonical JSON text bottom-up: each value is its own text.
 struct Canonical;
 
@@ -236,6 +258,16 @@ impl Builder for Canonical {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_written_keeps_unkeyed_rows_and_the_first_of_each_inserted_key() {
+        let (a, b, c) = ([1; 16], [2; 16], [3; 16]);
+        let keys = [None, Some(a), Some(b), Some(a), None, Some(c), Some(b)];
+        // a was inserted, b was already held by an older job, c was inserted.
+        assert_eq!(rows_written(&keys, &[c, a]), vec![0, 1, 4, 5]);
+        assert_eq!(rows_written(&keys, &[]), vec![0, 4]);
+        assert_eq!(rows_written(&[], &[a]), Vec::<usize>::new());
+    }
 
     fn canonical(json: &str) -> String {
         canonical_json(json).unwrap()

@@ -249,6 +249,11 @@ class InsertRows:
         where a value is absent. One text parameter instead of eleven arrays
         is cheaper to send (the follow-up insert uses it)."""
 
+    def written(self, inserted_keys: list[bytes] | None) -> list[int]:
+        """Positions (0-based) of the rows an insert that skips duplicates
+        wrote, given the unique keys it reports inserted (``None``: none):
+        every row without a key, and the first row of each inserted key."""
+
     def has_unique(self) -> bool:
         """Whether any row carries a unique key."""
 

@@ -144,13 +144,13 @@ class Completer:
         while True:
             if not self._may_insert(observed.values()):
                 changed = await self._finish_observed.fetch(connection, *columns)
-                transitions, follow_ups, written = self._transitions(changed, observed), None, None
+                transitions, follow_ups, inserted = self._transitions(changed, observed), None, None
                 break
             try:
                 async with connection.transaction():
                     changed = await self._finish_observed.fetch(connection, *columns)
                     transitions = self._transitions(changed, observed)
-                    follow_ups, written = await self._insert_follow_ups_for(
+                    follow_ups, inserted = await self._insert_follow_ups_for(
                         connection, transitions, observed
                     )
             except FollowUpFailed as failed:
@@ -161,7 +161,7 @@ class Completer:
         for job_id, pending in observed.items():
             if job_id not in committed:
                 discard_staged(pending, "stale attempt")
-        self._lifecycle.committed(transitions, follow_ups, written)
+        self._lifecycle.committed(transitions, follow_ups, inserted)
         return len(changed)
 
     def _may_insert(self, observed: Any) -> bool:
@@ -184,8 +184,9 @@ class Completer:
 
     async def _insert_follow_ups_for(
         self, connection: Any, transitions: list[Transition], observed: dict[int, Pending]
-    ) -> tuple[FollowUpRows | None, Any]:
-        """Inside the flush transaction: inserts the transitions' follow-ups."""
+    ) -> tuple[FollowUpRows | None, list[bytes] | None]:
+        """Inside the flush transaction: inserts the transitions' follow-ups;
+        returns them and the unique keys the insert wrote."""
         pairs = []
         for transition in transitions:
             pending = observed[transition.job.id]
@@ -194,8 +195,10 @@ class Completer:
         follow_ups = self._lifecycle.follow_up_rows(pairs)
         if not len(follow_ups):
             return follow_ups, None
-        written = await self._insert_follow_ups.fetchval(connection, follow_ups.rows.json_rows())
-        return follow_ups, written
+        inserted_keys = await self._insert_follow_ups.fetchval(
+            connection, follow_ups.rows.json_rows()
+        )
+        return follow_ups, inserted_keys
 
     def _replace_outcome(
         self, columns: list[list[Any]], observed: dict[int, Pending], failed: FollowUpFailed

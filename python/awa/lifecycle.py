@@ -117,13 +117,17 @@ class Lifecycle:
         return FollowUpRows(rows, staged)
 
     def committed(
-        self, transitions: Sequence[Transition], follow_ups: FollowUpRows | None, written: Any
+        self,
+        transitions: Sequence[Transition],
+        follow_ups: FollowUpRows | None,
+        inserted_keys: list[bytes] | None,
     ) -> None:
-        """After the commit: counts staged follow-ups and dispatches events."""
+        """After the commit: counts staged follow-ups (``inserted_keys`` is what
+        ``jobs_insert_follow_ups`` returned) and dispatches events."""
         if follow_ups is not None and follow_ups.staged:
-            positions = set(written or ())  # 1-based positions of rows inserted
+            positions = set(follow_ups.rows.written(inserted_keys))
             for start, end in follow_ups.staged:
-                inserted = sum(1 for row in range(start + 1, end + 1) if row in positions)
+                inserted = sum(1 for row in range(start, end) if row in positions)
                 metrics.add(
                     metrics.STAGED_FOLLOW_UPS_COMMITTED,
                     inserted,

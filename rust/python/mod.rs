@@ -23,7 +23,7 @@ use crate::payload::{self, Invalid};
 use crate::rescue::{self, Orphan};
 use crate::retry::{self, Jitter};
 use crate::staging::{self, StagingBudget};
-use crate::unique::{UniqueOpts, UNIQUE_KEY_BYTES};
+use crate::unique::{self, UniqueOpts, UNIQUE_KEY_BYTES};
 
 pyo3::import_exception!(awa.errors, ValidationError);
 pyo3::import_exception!(awa.errors, StagingError);
@@ -292,7 +292,6 @@ impl InsertRows {
             .collect()
     }
 
-    /// Whether any row carries a unique key.
     /// The rows as one JSON array of arrays (see `_core.pyi`), for a
     /// statement that reads them with `jsonb_array_elements`.
     fn json_rows(&self) -> String {
@@ -308,6 +307,25 @@ impl InsertRows {
         writer.out
     }
 
+    /// Positions (0-based) of the rows an insert skipping duplicates wrote,
+    /// given the unique keys it reports inserted.
+    fn written(&self, inserted_keys: Option<Vec<Vec<u8>>>) -> PyResult<Vec<usize>> {
+        let inserted = inserted_keys
+            .unwrap_or_default()
+            .into_iter()
+            .map(|key| {
+                <[u8; UNIQUE_KEY_BYTES]>::try_from(key.as_slice()).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "a unique key has {UNIQUE_KEY_BYTES} bytes (got {})",
+                        key.len()
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(unique::rows_written(&self.unique_keys, &inserted))
+    }
+
+    /// Whether any row carries a unique key.
     fn has_unique(&self) -> bool {
         self.unique_keys.iter().any(Option::is_some)
     }

@@ -324,11 +324,11 @@ async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
     rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
     rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
     rows.add({"x": [1]}, "c", "q", 3, 7, 2, 0, ["t1", "t2"], {"m": True})
-    written = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    inserted = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
     # The second keyed row duplicates the first and is skipped.
-    assert written == [1, 2, 4]
+    assert rows.written(inserted) == [0, 1, 3]
     again = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
-    assert again == [1, 4]
+    assert again is None and rows.written(again) == [0, 3]
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 5
     row = await conn.fetchrow("SELECT * FROM awa.jobs WHERE kind = 'c' ORDER BY id LIMIT 1")
     assert (row["priority"], row["max_attempts"], row["max_crashes"]) == (3, 7, 2)

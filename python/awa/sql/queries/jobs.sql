@@ -65,13 +65,14 @@ ORDER BY id;
 
 -- name: jobs_insert_follow_ups
 -- Inserts the follow-ups of committed outcomes, inside the transaction that
--- applies them, and returns the positions (1-based) of the rows written;
--- a follow-up whose unique key is already held is skipped. The rows come as
--- one JSON array of arrays (InsertRows.json_rows: kind, queue, args,
--- priority, max_attempts, max_crashes, run_at_us, tags, metadata, unique
--- key in hex, unique_states), which costs far less to send than eleven
--- arrays. Keyed rows are inserted in key order, so two flushes never wait
--- on each other crosswise.
+-- applies them; a follow-up whose unique key is already held is skipped.
+-- Returns the unique keys it inserted (InsertRows.written turns them into
+-- the positions written) and how many queues it woke. The rows come as one
+-- JSON array of arrays (InsertRows.json_rows: kind, queue, args, priority,
+-- max_attempts, max_crashes, run_at_us, tags, metadata, unique key in hex,
+-- unique_states), which costs far less to send than eleven arrays. Keyed
+-- rows are inserted in key order, so two flushes never wait on each other
+-- crosswise.
 WITH input AS (
     SELECT e.ord,
            e.r ->> 0 AS kind,
@@ -114,25 +115,14 @@ WITH input AS (
     ORDER BY unique_key, ord
     ON CONFLICT DO NOTHING
     RETURNING queue, state, unique_key
-), written AS (
-    -- RETURNING cannot name the input's position, so rows are matched back:
-    -- rows without a key are always written; of the rows sharing a key, only
-    -- the first (in insert order) can have been, and only if its key was.
-    SELECT ord FROM input WHERE unique_key IS NULL
-    UNION ALL
-    SELECT first.ord
-    FROM (SELECT DISTINCT ON (unique_key) unique_key, ord
-          FROM input WHERE unique_key IS NOT NULL
-          ORDER BY unique_key, ord) AS first
-    WHERE first.unique_key IN (SELECT unique_key FROM keyed)
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
     FROM (SELECT queue FROM plain WHERE state = 'available'
           UNION
           SELECT queue FROM keyed WHERE state = 'available') AS woken
 )
-SELECT array_agg(ord ORDER BY ord) AS written, (SELECT count(*) FROM notified) AS notified
-FROM written;
+SELECT (SELECT array_agg(unique_key) FROM keyed) AS inserted_keys,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- name: jobs_unique_holder
 -- The job that holds a unique key in one of its states, if any.
