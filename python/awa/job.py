@@ -166,8 +166,8 @@ class Job(Generic[T]):
     def finished(self, row: Any) -> Job[T]:
         """This attempt's job as its outcome committed it: a copy taking the
         columns ``jobs_finish_batch_observed`` returns (state, attempt,
-        run_at, finalized_at, errors when appended, callback, tags) from
-        ``row``. Arguments and metadata are decoded again from the stored
+        run_at when rescheduled, finalized_at, errors when appended,
+        callback, tags) from ``row``. Arguments and metadata are decoded again from the stored
         text, so nothing the handler changed in its copy leaks into this one."""
         job: Job[T] = Job.__new__(Job)
         job.id = self.id
@@ -180,7 +180,7 @@ class Job(Generic[T]):
         job.max_attempts = self.max_attempts
         job.crashes = self.crashes
         job.max_crashes = self.max_crashes
-        job.run_at = row[3]
+        job.run_at = self.run_at if row[3] is None else row[3]
         job.created_at = self.created_at
         job.attempted_at = self.attempted_at
         job.finalized_at = row[4]

@@ -263,8 +263,8 @@ WHERE jobs.id = outcome.id
 -- jobs_finish_batch, returning what it changed in each row (for hooks and
 -- follow-ups): the worker already holds the rest of the row, so args,
 -- metadata and the other unchanged columns are not sent back (tags are: the
--- handler's copy is a mutable list). errors comes back only when the
--- outcome appended to it. The UPDATE is the same text as
+-- handler's copy is a mutable list). run_at and errors come back only when
+-- the outcome changed them (a timestamp costs the worker to decode). The UPDATE is the same text as
 -- jobs_finish_batch; a test keeps them equal. Job.finished reads the columns
 -- by position.
 UPDATE awa.jobs AS jobs
@@ -290,7 +290,9 @@ WHERE jobs.id = outcome.id
   -- Its row estimate is often stale (tiny), and a plan that scans it as the
   -- outer side re-reads the whole batch for every running job.
   AND jobs.state::text = 'running'
-RETURNING jobs.id, jobs.state::text AS state, jobs.attempt, jobs.run_at, jobs.finalized_at,
+RETURNING jobs.id, jobs.state::text AS state, jobs.attempt,
+          CASE WHEN outcome.delay_s IS NOT NULL THEN jobs.run_at END AS run_at,
+          jobs.finalized_at,
           CASE WHEN outcome.error IS NOT NULL THEN jobs.errors END AS errors,
           jobs.callback_id, jobs.callback_timeout_at, jobs.tags;
 
