@@ -1,10 +1,12 @@
-"""Resolving parked jobs: ``complete_external``, ``fail_external`` and
-``retry_external``.
+"""Resolving callbacks: ``complete_external``, ``fail_external``,
+``retry_external`` and ``heartbeat_callback``.
 
 A handler parks its job with ``return awa.WaitForCallback(callback_id)``
 after ``await job.register_callback()``; the job waits in
 ``waiting_external`` until one of these calls, from any process, resolves
-the callback. Each resolution is one transaction: the guarded update (only
+the callback. A callback that arrives early, while the handler is still
+running, is honoured the same way (the handler's own outcome is then
+refused as stale). Each resolution is one transaction: the guarded update (only
 a job still waiting for exactly this callback), then the follow-ups of the
 mapped outcome's specs; if a spec fails, both roll back and the caller gets
 :class:`awa.FollowUpError` and may try again. After the commit the mapped
@@ -62,6 +64,29 @@ async def retry(db: Database, lifecycle: Lifecycle, callback_id: uuid.UUID | str
     return await _resolve(
         db, lifecycle, callback_id, RETRIED, "available", None, None, RETRIED_BY_CALLBACK
     )
+
+
+async def heartbeat(db: Database, callback_id: uuid.UUID | str, timeout_seconds: float) -> Job[Any]:
+    callback = callback_uuid(callback_id)
+    seconds = timeout_seconds_value(timeout_seconds)
+    await db.require_schema()
+    row = await db.fetchrow("jobs_heartbeat_callback", callback, seconds)
+    if row is None:
+        raise CallbackNotFound(callback)
+    return Job.from_row(row)
+
+
+def timeout_seconds_value(value: Any) -> float:
+    """A callback deadline in seconds: a positive, finite number."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < float("inf")
+    ):
+        raise ValidationError(
+            f"timeout_seconds: must be a positive number (got {value!r})", "timeout_seconds"
+        )
+    return float(value)
 
 
 async def _resolve(

@@ -586,6 +586,14 @@ class AsyncClient:
         as :meth:`complete_external`."""
         return await callbacks.fail(await self._database(), self._lifecycle, callback_id, error)
 
+    async def heartbeat_callback(
+        self, callback_id: uuid.UUID | str, timeout_seconds: float
+    ) -> Job[Any]:
+        """Moves the callback's deadline to ``timeout_seconds`` from now (an
+        external system reporting progress on a long operation) and returns
+        the job. Raises :class:`awa.CallbackNotFound` if no job waits on it."""
+        return await callbacks.heartbeat(await self._database(), callback_id, timeout_seconds)
+
     async def retry_external(self, callback_id: uuid.UUID | str) -> Job[Any]:
         """Makes the parked job available again with its attempts reset
         (``Retried``); otherwise as :meth:`complete_external`."""

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from awa import _core
-from awa.errors import AwaError, StagingError, ValidationError
+from awa.errors import AwaError, StagingError
 
 if TYPE_CHECKING:
     from awa.db import Database
@@ -258,17 +258,13 @@ class Job(Generic[T]):
         """
         if self._db is None:
             raise AwaError("register_callback works only on the job a handler is running")
-        if (
-            isinstance(timeout_seconds, bool)
-            or not isinstance(timeout_seconds, int | float)
-            or not 0 < timeout_seconds < float("inf")
-        ):
-            raise ValidationError(
-                f"timeout_seconds: must be a positive number (got {timeout_seconds!r})",
-                "timeout_seconds",
-            )
+        from awa.callbacks import timeout_seconds_value  # callbacks imports this module
+
         row = await self._db.fetchrow(
-            "jobs_register_callback", self.id, self.run_lease, float(timeout_seconds)
+            "jobs_register_callback",
+            self.id,
+            self.run_lease,
+            timeout_seconds_value(timeout_seconds),
         )
         if row is None:
             raise AwaError(

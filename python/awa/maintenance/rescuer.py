@@ -9,6 +9,11 @@ reason ``crash_loop`` once ``max_crashes`` is spent. The update is guarded
 by ``(id, run_lease, running)``, so a job its worker finished meanwhile is
 left alone. Silent worker rows are deleted once they hold nothing.
 
+Parked jobs whose callback deadline passed (``callback_timeout_at``) are
+treated like a failed attempt: ``retryable`` after a backoff while attempts
+remain, else ``failed``, each with a ``CallbackTimeout`` error entry; the
+callback id dies with them.
+
 Lifecycle: after a rescue commits, jobs whose kind has hooks or
 ``on_rescued_enqueue`` specs are read back; the specs' follow-ups are
 inserted in a transaction of their own and ``Rescued`` events dispatched.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Final
 
 from awa import _core
@@ -37,6 +43,8 @@ log = logging.getLogger("awa.rescuer")
 
 RESCUE_BATCH_SIZE: Final = 1000
 CRASH_REASON: Final = "the worker process stopped heartbeating (crashed or was killed)"
+CALLBACK_TIMEOUT_ERROR: Final = "CallbackTimeout"
+CALLBACK_TIMEOUT_REASON: Final = "the callback was not resolved before its deadline"
 
 
 class Rescuer:
@@ -84,8 +92,41 @@ class Rescuer:
             if len(orphans) < RESCUE_BATCH_SIZE:
                 break
         await self._db.execute("workers_delete_stale", self._staleness_s)
+        rescued += await self._expire_callbacks()
         self.rescued += rescued
         return rescued
+
+    async def _expire_callbacks(self) -> int:
+        """Parked jobs past their callback deadline: retryable while attempts
+        remain (the wait counts as a failed attempt), else failed."""
+        expired = 0
+        while True:
+            rows = await self._db.fetch("jobs_callbacks_expired", RESCUE_BATCH_SIZE)
+            if not rows:
+                return expired
+            decisions = _core.CompletionBatch(len(rows), 0.0, random.getrandbits(64))
+            now = time.monotonic()
+            for row in rows:
+                decisions.failed(
+                    row["id"], row["run_lease"], row["attempt"], row["max_attempts"],
+                    row["crashes"], CALLBACK_TIMEOUT_ERROR, CALLBACK_TIMEOUT_REASON, None, now,
+                )  # fmt: skip
+            ids, leases, states, delays, _refunds, errors = decisions.take()
+            changed = await self._db.fetch(
+                "jobs_expire_callbacks", ids, leases, states, delays, errors
+            )
+            expired += len(changed)
+            if changed:
+                log.warning(
+                    "%d callbacks expired (jobs %s)",
+                    len(changed),
+                    ", ".join(str(row["id"]) for row in changed[:10]),
+                )
+            observed = [row["id"] for row in changed if self._observes(row["kind"])]
+            if observed:
+                await self._after_rescue(observed, RescueReason.CallbackTimeout)
+            if len(rows) < RESCUE_BATCH_SIZE:
+                return expired
 
     def _observes(self, kind: str) -> bool:
         return self._lifecycle.observes(kind, RESCUED)

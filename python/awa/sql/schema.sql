@@ -61,6 +61,7 @@ CREATE TABLE awa.jobs (
     unique_states smallint,
     callback_id  uuid,
     callback_timeout_at timestamptz,
+    callback_config jsonb,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -92,6 +93,10 @@ CREATE UNIQUE INDEX jobs_unique_idx ON awa.jobs (unique_key)
 -- Callback resolution finds the parked job by its callback id.
 CREATE UNIQUE INDEX jobs_callback_idx ON awa.jobs (callback_id)
     WHERE callback_id IS NOT NULL;
+
+-- Maintenance finds parked jobs whose callback deadline passed.
+CREATE INDEX jobs_callback_timeout_idx ON awa.jobs (callback_timeout_at)
+    WHERE state = 'waiting_external';
 
 -- One row per live worker process; its heartbeat keeps its claims alive.
 CREATE TABLE awa.workers (

@@ -306,13 +306,15 @@ WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
 RETURNING callback_id, callback_timeout_at;
 
 -- name: jobs_resolve_callback
--- Resolves a parked job's callback: completed, failed (with an error entry)
--- or available again with its attempts reset. A payload is kept in the job's
+-- Resolves a callback: completed, failed (with an error entry) or available
+-- again with its attempts reset. The job is parked, or still running (an
+-- early callback: the handler has not returned yet; whatever it writes
+-- later is refused by the state guard). A payload is kept in the job's
 -- metadata under "callback_result". Returns the job as committed plus the
 -- attempt it had, or nothing for an unknown or already resolved callback.
 WITH parked AS (
     SELECT id, attempt FROM awa.jobs
-    WHERE callback_id = $1 AND state = 'waiting_external'
+    WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
     FOR UPDATE
 ), resolved AS (
     UPDATE awa.jobs AS jobs
@@ -320,8 +322,10 @@ WITH parked AS (
         finalized_at = CASE WHEN $2::text IN ('completed', 'failed') THEN now() END,
         attempt = CASE WHEN $2::text = 'available' THEN 0 ELSE jobs.attempt END,
         run_at = CASE WHEN $2::text = 'available' THEN now() ELSE jobs.run_at END,
+        worker_id = NULL,
         callback_id = NULL,
         callback_timeout_at = NULL,
+        callback_config = NULL,
         errors = CASE WHEN $3::jsonb IS NULL THEN jobs.errors
                       ELSE coalesce(jobs.errors, '[]'::jsonb)
                            || jsonb_build_array($3::jsonb || jsonb_build_object(
@@ -341,12 +345,62 @@ WITH parked AS (
 )
 SELECT resolved.*, (SELECT count(*) FROM notified) AS notified FROM resolved;
 
+-- name: jobs_heartbeat_callback
+-- Moves a callback's deadline to $2 seconds from now, for a job parked on it
+-- or still running with it registered. Nothing for an unknown callback.
+UPDATE awa.jobs
+SET callback_timeout_at = now() + $2::float8 * interval '1 second'
+WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
+RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+          crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+          args, tags, metadata, errors, callback_id, callback_timeout_at;
+
+-- name: jobs_callbacks_expired
+-- Parked jobs whose callback deadline has passed, oldest deadline first.
+SELECT id, run_lease, attempt, max_attempts, crashes
+FROM awa.jobs
+WHERE state = 'waiting_external' AND callback_timeout_at <= now()
+ORDER BY callback_timeout_at
+LIMIT $1;
+
+-- name: jobs_expire_callbacks
+-- Applies the decisions for expired callbacks (the completion batch's
+-- column shape): retryable after a backoff while attempts remain, else
+-- failed, with an error entry. Guarded by (id, run_lease, still parked,
+-- still past the deadline), so a callback resolved or extended meanwhile
+-- is left alone.
+WITH expired AS (
+    UPDATE awa.jobs AS jobs
+    SET state = expiry.state::awa.job_state,
+        run_at = CASE WHEN expiry.delay_s IS NULL THEN jobs.run_at
+                      ELSE now() + expiry.delay_s * interval '1 second' END,
+        finalized_at = CASE WHEN expiry.state = 'failed' THEN now() END,
+        worker_id = NULL,
+        callback_id = NULL,
+        callback_timeout_at = NULL,
+        callback_config = NULL,
+        errors = coalesce(jobs.errors, '[]'::jsonb)
+                 || jsonb_build_array(expiry.error || jsonb_build_object('at', now()))
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
+         AS expiry(id, run_lease, state, delay_s, error)
+    WHERE jobs.id = expiry.id
+      AND jobs.run_lease = expiry.run_lease
+      AND jobs.state = 'waiting_external'
+      AND jobs.callback_timeout_at <= now()
+    RETURNING jobs.id, jobs.kind
+), told AS (
+    -- A handler waiting in place (job.wait_for_callback) learns it lost the job.
+    SELECT pg_notify('awa_control', 'lost:' || id) FROM expired
+)
+SELECT expired.*, (SELECT count(*) FROM told) AS told FROM expired;
+
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
 -- attempt not counted. Guarded like every attempt write.
 WITH released AS (
     UPDATE awa.jobs AS jobs
-    SET state = 'available', attempt = jobs.attempt - 1, worker_id = NULL, run_at = now()
+    SET state = 'available', attempt = jobs.attempt - 1, worker_id = NULL, run_at = now(),
+        callback_id = NULL, callback_timeout_at = NULL, callback_config = NULL
     FROM unnest($1::bigint[], $2::bigint[]) AS held(id, run_lease)
     WHERE jobs.id = held.id AND jobs.run_lease = held.run_lease
       AND jobs.state::text = 'running'  -- as text: see jobs_finish_batch
@@ -403,6 +457,11 @@ SET state = rescue.state::awa.job_state,
                   ELSE now() + rescue.delay_s * interval '1 second' END,
     finalized_at = CASE WHEN rescue.state = 'failed' THEN now() END,
     worker_id = NULL,
+    -- The rescued attempt's callback dies with it: resolving it now raises
+    -- CallbackNotFound instead of touching the next attempt.
+    callback_id = NULL,
+    callback_timeout_at = NULL,
+    callback_config = NULL,
     errors = coalesce(jobs.errors, '[]'::jsonb)
              || jsonb_build_array(rescue.error || jsonb_build_object('at', now()))
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
