@@ -15,8 +15,10 @@ from awa import events, metrics
 from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient
 from awa.config import WorkerConfig
 from awa.errors import (
+    AttemptLost,
     AwaError,
     CallbackNotFound,
+    CallbackNotResumable,
     ConfigurationError,
     FollowUpError,
     JobNotFound,
@@ -42,8 +44,10 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "DEFAULT_UNIQUE_STATES",
     "AsyncClient",
+    "AttemptLost",
     "AwaError",
     "CallbackNotFound",
+    "CallbackNotResumable",
     "Cancel",
     "ConfigurationError",
     "EnqueueRequest",

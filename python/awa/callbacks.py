@@ -1,12 +1,16 @@
 """Resolving callbacks: ``complete_external``, ``fail_external``,
-``retry_external`` and ``heartbeat_callback``.
+``retry_external``, ``resume_external`` and ``heartbeat_callback``.
 
 A handler parks its job with ``return awa.WaitForCallback(callback_id)``
 after ``await job.register_callback()``; the job waits in
 ``waiting_external`` until one of these calls, from any process, resolves
 the callback. A callback that arrives early, while the handler is still
 running, is honoured the same way (the handler's own outcome is then
-refused as stale). Each resolution is one transaction: the guarded update (only
+refused as stale). ``resume_external`` is for a handler that waits in
+place (``await job.wait_for_callback(callback_id)``): the job returns to
+``running`` and the handler gets the payload; it emits no event itself.
+
+Each resolution is one transaction: the guarded update (only
 a job still waiting for exactly this callback), then the follow-ups of the
 mapped outcome's specs; if a spec fails, both roll back and the caller gets
 :class:`awa.FollowUpError` and may try again. After the commit the mapped
@@ -21,7 +25,7 @@ from typing import Any
 
 from awa import _core
 from awa.db import Database
-from awa.errors import CallbackNotFound, FollowUpError, ValidationError
+from awa.errors import CallbackNotFound, CallbackNotResumable, FollowUpError, ValidationError
 from awa.followups import FollowUpFailed
 from awa.hooks import COMPLETED, EXHAUSTED, RETRIED, Transition
 from awa.job import Job
@@ -64,6 +68,18 @@ async def retry(db: Database, lifecycle: Lifecycle, callback_id: uuid.UUID | str
     return await _resolve(
         db, lifecycle, callback_id, RETRIED, "available", None, None, RETRIED_BY_CALLBACK
     )
+
+
+async def resume(db: Database, callback_id: uuid.UUID | str, payload: Any) -> Job[Any]:
+    callback = callback_uuid(callback_id)
+    encoded = _core.encode_json(payload, "payload")
+    await db.require_schema()
+    row = await db.fetchrow("jobs_resume_callback", callback, encoded)
+    if row is None:
+        raise CallbackNotFound(callback)
+    if not row["resumable"]:
+        raise CallbackNotResumable(callback, row["target_id"])
+    return Job.from_row(row)
 
 
 async def heartbeat(db: Database, callback_id: uuid.UUID | str, timeout_seconds: float) -> Job[Any]:

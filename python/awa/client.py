@@ -586,6 +586,16 @@ class AsyncClient:
         as :meth:`complete_external`."""
         return await callbacks.fail(await self._database(), self._lifecycle, callback_id, error)
 
+    async def resume_external(self, callback_id: uuid.UUID | str, payload: Any = None) -> Job[Any]:
+        """Hands ``payload`` to the handler waiting in place on this callback
+        (``await job.wait_for_callback(callback_id)`` returns it) and puts the
+        job back to ``running``; returns the job. A callback that arrives
+        before the handler started waiting is kept for it. Raises
+        :class:`awa.CallbackNotFound` if nothing waits on the callback and
+        :class:`awa.CallbackNotResumable` if its handler returned
+        ``WaitForCallback`` instead of waiting."""
+        return await callbacks.resume(await self._database(), callback_id, payload)
+
     async def heartbeat_callback(
         self, callback_id: uuid.UUID | str, timeout_seconds: float
     ) -> Job[Any]:

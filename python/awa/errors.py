@@ -93,3 +93,29 @@ class CallbackNotFound(AwaError, LookupError):
 class FollowUpError(AwaError):
     """A follow-up spec failed while resolving a callback; the resolution was
     rolled back with it and can be retried. The spec's error is ``__cause__``."""
+
+
+class AttemptLost(AwaError):
+    """The running attempt no longer holds its job: a callback resolved it,
+    its callback expired, or it was rescued. Raised to a handler waiting in
+    place (``job.wait_for_callback``); whatever that attempt writes
+    afterwards is refused, so letting it propagate is the right thing."""
+
+    def __init__(self, job_id: int, why: str) -> None:
+        super().__init__(f"job {job_id}: this attempt no longer holds the job ({why})")
+        self.job_id = job_id
+
+
+class CallbackNotResumable(AwaError):
+    """``resume_external`` found the callback's job parked by a handler that
+    returned ``WaitForCallback``: no handler waits to be resumed. Resolve it
+    with ``complete_external``, ``fail_external`` or ``retry_external``."""
+
+    def __init__(self, callback_id: object, job_id: int) -> None:
+        super().__init__(
+            f"job {job_id} is parked on callback {callback_id} with no handler waiting in "
+            "place (it returned WaitForCallback); use complete_external, fail_external or "
+            "retry_external"
+        )
+        self.callback_id = callback_id
+        self.job_id = job_id

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from awa import _core
+from awa.control import JobControl
 from awa.db import Database
 from awa.errors import TerminalError, UnknownJobKind
 from awa.followups import FollowUpStage
@@ -54,8 +55,12 @@ class Executor:
         pending: dict[int, Pending],
         threads: int,
         db: Database | None = None,
+        control: JobControl | None = None,
     ) -> None:
         self._db = db
+        self._control = control
+        if control is not None:
+            control.on_resumed = self.resumed
         self._lifecycle = lifecycle
         self._registry = lifecycle.registry
         self._pending = pending
@@ -82,11 +87,19 @@ class Executor:
             return
         stage = job._stage = FollowUpStage(self._registry)
         job._db = self._db
+        job._control = self._control
         self._running[job.id] = asyncio.create_task(self._run(job, stage), name=f"awa-job-{job.id}")
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
             hooks.emit(Transition(STARTED, Job.from_row(row, decode)))
+
+    def resumed(self, row: Any) -> None:
+        """A handler waiting in place was resumed by its callback: the job
+        re-entered execution, so ``Started`` fires again."""
+        hooks = self._lifecycle.hooks
+        if hooks.wants(row["kind"]):
+            hooks.emit(Transition(STARTED, self._lifecycle.committed_job(row)))
 
     async def _run(self, job: Job[Any], stage: FollowUpStage) -> None:
         started = time.monotonic()

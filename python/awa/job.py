@@ -12,6 +12,7 @@ from awa import _core
 from awa.errors import AwaError, StagingError
 
 if TYPE_CHECKING:
+    from awa.control import JobControl
     from awa.db import Database
     from awa.followups import FollowUpStage
 
@@ -78,6 +79,7 @@ class Job(Generic[T]):
     __slots__ = (
         "_args",
         "_args_json",
+        "_control",
         "_db",
         "_decode_args",
         "_errors",
@@ -130,6 +132,7 @@ class Job(Generic[T]):
     _errors: Any
     _stage: FollowUpStage | None
     _db: Database | None
+    _control: JobControl | None
 
     @classmethod
     def from_row(cls, row: Any, decode_args: ArgsDecoder | None = None) -> Job[Any]:
@@ -157,6 +160,7 @@ class Job(Generic[T]):
         job.callback_timeout_at = row[_CALLBACK_TIMEOUT_AT]
         job._stage = None
         job._db = None
+        job._control = None
         job._decode_args = decode_args or _core.decode_json
         job._args = _UNSET
         job._metadata = _UNSET
@@ -192,6 +196,7 @@ class Job(Generic[T]):
         job.callback_timeout_at = row[7]
         job._stage = None
         job._db = None
+        job._control = None
         job._decode_args = self._decode_args
         job._args = _UNSET
         job._metadata = _UNSET
@@ -273,6 +278,35 @@ class Job(Generic[T]):
             )
         self.callback_id, self.callback_timeout_at = row[0], row[1]
         return row[0]  # type: ignore[no-any-return]
+
+    async def wait_for_callback(self, callback_id: uuid.UUID) -> Any:
+        """Waits, inside the handler, until ``resume_external`` answers the
+        callback this attempt registered, and returns its payload.
+
+        Meanwhile the job shows ``waiting_external`` and its callback deadline
+        applies, but this handler keeps its worker slot: for long waits,
+        ``return awa.WaitForCallback(callback_id)`` frees it instead. A
+        payload that arrived before the call is returned at once. Raises
+        :class:`awa.AttemptLost` if the job left this attempt meanwhile
+        (completed, failed or retried through the callback, or its deadline
+        passed); let it propagate.
+        """
+        if self._db is None:
+            raise AwaError("wait_for_callback works only on the job a handler is running")
+        if callback_id is None or callback_id != self.callback_id:
+            raise AwaError(
+                f"job {self.id}: wait_for_callback needs the callback id that "
+                "`await job.register_callback()` last gave this attempt"
+            )
+        from awa.control import wait_for_resume  # control imports this module
+
+        row = await wait_for_resume(self._db, self._control, self, callback_id)
+        self.callback_id = None
+        self.callback_timeout_at = None
+        self._metadata_json = row["metadata"]
+        self._metadata = _UNSET
+        result = row["callback_result"]
+        return None if result is None else _core.decode_json(result)
 
     def __repr__(self) -> str:
         return (

@@ -3,7 +3,8 @@
 Overview: inserts, promotions and releases call ``pg_notify('awa_available',
 <queue>)``; delivery happens when their transaction commits. This service
 holds one connection LISTENing on that channel and wakes the producer for
-the named queue.
+the named queue. The same connection LISTENs on ``awa_control`` (messages
+about running jobs, see :mod:`awa.control`).
 
 Failure handling: if the connection drops, notifications sent meanwhile are
 lost, so after reconnecting it wakes every queue once; the producer's poll
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from awa._events import wait_for_event
+from awa.control import CHANNEL as CONTROL_CHANNEL
 from awa.db import TRANSIENT_ERRORS, Database, session_changed
 
 log = logging.getLogger("awa.notifier")
@@ -27,9 +29,15 @@ MAX_RETRY_DELAY_S = 5.0
 
 
 class Notifier:
-    def __init__(self, db: Database, wake: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        db: Database,
+        wake: Callable[[str | None], None],
+        control: Callable[[str], None] | None = None,
+    ) -> None:
         self._db = db
         self._wake = wake
+        self._control = control
         self._stop = asyncio.Event()
         self.listening = asyncio.Event()
         self.received = 0
@@ -55,6 +63,8 @@ class Notifier:
             session_changed(connection)
             connection.add_termination_listener(lambda _connection: lost.set())
             await connection.add_listener(CHANNEL, self._on_notification)
+            if self._control is not None:
+                await connection.add_listener(CONTROL_CHANNEL, self._on_control)
             self.listening.set()
             # Anything sent while we were not listening is lost: look everywhere once.
             self._wake(None)
@@ -68,7 +78,13 @@ class Notifier:
                 self.listening.clear()
                 if not connection.is_closed():
                     await connection.remove_listener(CHANNEL, self._on_notification)
+                    if self._control is not None:
+                        await connection.remove_listener(CONTROL_CHANNEL, self._on_control)
 
     def _on_notification(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         self.received += 1
         self._wake(payload)
+
+    def _on_control(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        assert self._control is not None
+        self._control(payload)

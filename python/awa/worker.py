@@ -27,6 +27,7 @@ from typing import Any
 from awa import _core
 from awa.completer import Completer
 from awa.config import WorkerConfig
+from awa.control import JobControl
 from awa.db import Database
 from awa.executor import Executor
 from awa.heartbeat import Heartbeat
@@ -69,8 +70,15 @@ class Worker:
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
         # Outcomes someone observes, by job id, until their flush commits.
         pending: dict[int, Pending] = {}
+        self.control = JobControl()
         self.executor = Executor(
-            self.lifecycle, self.dispatcher, self.batch, pending, threads, db=self.db
+            self.lifecycle,
+            self.dispatcher,
+            self.batch,
+            pending,
+            threads,
+            db=self.db,
+            control=self.control,
         )
         self.producer = Producer(
             self.db,
@@ -83,7 +91,7 @@ class Worker:
         self.completer = Completer(self.db, self.batch, self.lifecycle, pending)
         self.executor.on_slot_freed = self.producer.slot_freed
         self.executor.on_outcome = self.completer.notify
-        self.notifier = Notifier(self.db, self.producer.wake)
+        self.notifier = Notifier(self.db, self.producer.wake, self.control.deliver)
         self.heartbeat = Heartbeat(
             self.db, self.worker_id, hostname, pid, queue_names, config.heartbeat_interval
         )

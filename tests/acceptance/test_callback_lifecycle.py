@@ -151,3 +151,114 @@ def _far_future() -> Any:
     import datetime
 
     return datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+
+
+class WaitsInPlace:
+    """A handler that registers a callback, hands it out, and waits in place
+    for its payload (optionally only after ``go`` is set)."""
+
+    def __init__(self, client, *, timeout_s: float = 600, wait_at_once: bool = True) -> None:
+        self.callbacks: asyncio.Queue[uuid.UUID] = asyncio.Queue()
+        self.payloads: list[Any] = []
+        self.errors: list[BaseException] = []
+        self.go = asyncio.Event()
+        if wait_at_once:
+            self.go.set()
+
+        @client.task(Payout)
+        async def payout(job):
+            callback = await job.register_callback(timeout_seconds=timeout_s)
+            await self.callbacks.put(callback)
+            await self.go.wait()
+            try:
+                self.payloads.append(await job.wait_for_callback(callback))
+            except awa.AttemptLost as error:
+                self.errors.append(error)
+                raise
+
+    async def callback(self) -> uuid.UUID:
+        return await asyncio.wait_for(self.callbacks.get(), 15)
+
+
+async def test_resume_external_hands_the_payload_to_the_waiting_handler(client, conn):
+    recorder = Recorder()
+    client.on_event(Payout, recorder)
+    handler = WaitsInPlace(client)
+    job = await client.insert(Payout(amount=9))
+    await client.start([("default", 1)], **FAST_WORKER)
+    callback = await handler.callback()
+    parked = await wait_for_state(conn, job.id, "waiting_external")
+    assert parked["worker_id"] is not None  # its worker still holds it
+    resumed = await client.resume_external(callback, {"approved": True})
+    assert resumed.state is awa.JobState.Running and resumed.callback_id is None
+    row = await wait_for_state(conn, job.id, "completed")
+    assert handler.payloads == [{"approved": True}]
+    assert row["attempt"] == 1
+    assert json.loads(row["metadata"]) == {"callback_result": {"approved": True}}
+    await recorder.wait_for(events.Completed)
+    # Started again when the job re-entered execution; nothing for parking.
+    assert len(await recorder.wait_for(events.Started, 2)) == 2
+    assert not recorder.of(events.WaitingForCallback)
+    with pytest.raises(awa.CallbackNotFound):
+        await client.resume_external(callback, {"approved": False})
+
+
+async def test_a_resume_that_arrives_before_the_handler_waits_is_kept_for_it(client, conn):
+    handler = WaitsInPlace(client, wait_at_once=False)
+    job = await client.insert(Payout(amount=1))
+    await client.start([("default", 1)], **FAST_WORKER)
+    callback = await handler.callback()
+    early = await client.resume_external(callback, [1, 2])
+    assert early.state is awa.JobState.Running
+    handler.go.set()
+    await wait_for_state(conn, job.id, "completed")
+    assert handler.payloads == [[1, 2]]
+
+
+async def test_resume_refuses_a_job_parked_by_returning_wait_for_callback(client, conn):
+    parked: asyncio.Queue[uuid.UUID] = asyncio.Queue()
+
+    @client.task(Payout)
+    async def payout(job):
+        callback = await job.register_callback()
+        await parked.put(callback)
+        return awa.WaitForCallback(callback)
+
+    job = await client.insert(Payout(amount=1))
+    await client.start([("default", 1)], **FAST_WORKER)
+    callback = await asyncio.wait_for(parked.get(), 15)
+    await wait_for_state(conn, job.id, "waiting_external")
+    with pytest.raises(awa.CallbackNotResumable, match="complete_external"):
+        await client.resume_external(callback, None)
+    assert (await job_row(conn, job.id))["state"] == "waiting_external"
+    with pytest.raises(awa.CallbackNotFound):
+        await client.resume_external(uuid.uuid4(), None)
+
+
+async def test_a_waiting_handler_learns_its_job_was_completed_by_the_callback(client, conn):
+    handler = WaitsInPlace(client)
+    job = await client.insert(Payout(amount=1))
+    await client.start([("default", 1)], **FAST_WORKER)
+    callback = await handler.callback()
+    await wait_for_state(conn, job.id, "waiting_external")
+    await client.complete_external(callback, {"done": "elsewhere"})
+    await eventually(lambda: _resolved(handler))
+    assert isinstance(handler.errors[0], awa.AttemptLost)
+    assert "completed" in str(handler.errors[0])
+    await eventually(lambda: _worker_stale_outcomes(client))
+    assert (await job_row(conn, job.id))["state"] == "completed"
+
+
+async def _resolved(handler: WaitsInPlace) -> bool:
+    return bool(handler.errors or handler.payloads)
+
+
+async def test_a_waiting_handler_whose_deadline_passes_loses_the_job(client, conn):
+    handler = WaitsInPlace(client, timeout_s=0.3)
+    job = await client.insert(Payout(amount=1), max_attempts=1)
+    await client.start([("default", 1)], **FAST_WORKER)
+    await handler.callback()
+    row = await wait_for_state(conn, job.id, "failed")
+    assert json.loads(row["errors"])[-1]["type"] == "CallbackTimeout"
+    await eventually(lambda: _resolved(handler))
+    assert isinstance(handler.errors[0], awa.AttemptLost)

@@ -345,6 +345,67 @@ WITH parked AS (
 )
 SELECT resolved.*, (SELECT count(*) FROM notified) AS notified FROM resolved;
 
+-- name: jobs_park_in_place
+-- A handler waits for its callback in place (job.wait_for_callback): the
+-- job shows waiting_external while its worker keeps holding it. Guarded
+-- like every attempt write, and only for the callback this attempt holds;
+-- nothing if it was resolved or resumed early.
+UPDATE awa.jobs
+SET state = 'waiting_external'
+WHERE id = $1 AND run_lease = $2 AND state::text = 'running' AND callback_id = $3
+RETURNING id;
+
+-- name: jobs_unpark
+-- A handler waiting in place was interrupted (shutdown): the job is running
+-- again, so the worker can release it as usual.
+UPDATE awa.jobs
+SET state = 'running'
+WHERE id = $1 AND run_lease = $2 AND state = 'waiting_external' AND worker_id IS NOT NULL
+RETURNING id;
+
+-- name: jobs_callback_wait_state
+-- What a handler waiting in place needs to know about its job: the row,
+-- and the callback's result if one was stored.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       args, tags, metadata, errors, callback_id, callback_timeout_at,
+       metadata -> 'callback_result' AS callback_result
+FROM awa.jobs
+WHERE id = $1;
+
+-- name: jobs_resume_callback
+-- Resumes a handler waiting in place: the job is running again (under the
+-- same attempt and worker), the payload kept in metadata.callback_result,
+-- and the worker told at commit. A callback whose handler has not started
+-- waiting yet (early) is consumed the same way; the handler finds the
+-- result when it waits. resumable is false for a job parked by returning
+-- WaitForCallback: no handler is there to resume.
+WITH target AS (
+    SELECT id, (state = 'running' OR worker_id IS NOT NULL) AS resumable
+    FROM awa.jobs
+    WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
+    FOR UPDATE
+), resumed AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'running',
+        callback_id = NULL,
+        callback_timeout_at = NULL,
+        callback_config = NULL,
+        metadata = coalesce(jobs.metadata, '{}'::jsonb)
+                   || jsonb_build_object('callback_result', $2::jsonb)
+    FROM target
+    WHERE jobs.id = target.id AND target.resumable
+    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+              jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+              jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+              jobs.callback_id, jobs.callback_timeout_at
+), told AS (
+    SELECT pg_notify('awa_control', 'resume:' || id) FROM resumed
+)
+SELECT resumed.*, target.id AS target_id, target.resumable, (SELECT count(*) FROM told) AS told
+FROM target LEFT JOIN resumed ON resumed.id = target.id;
+
 -- name: jobs_heartbeat_callback
 -- Moves a callback's deadline to $2 seconds from now, for a job parked on it
 -- or still running with it registered. Nothing for an unknown callback.
