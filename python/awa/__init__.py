@@ -12,6 +12,8 @@ await client.start([("email", 8)])
 """
 
 from awa import events, metrics
+from awa.callback_policy import DefaultAction
+from awa.callbacks import CallbackResolution
 from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient
 from awa.config import WorkerConfig
 from awa.errors import (
@@ -48,8 +50,10 @@ __all__ = [
     "AwaError",
     "CallbackNotFound",
     "CallbackNotResumable",
+    "CallbackResolution",
     "Cancel",
     "ConfigurationError",
+    "DefaultAction",
     "EnqueueRequest",
     "FollowUpError",
     "Job",

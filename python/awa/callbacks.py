@@ -1,5 +1,7 @@
 """Resolving callbacks: ``complete_external``, ``fail_external``,
-``retry_external``, ``resume_external`` and ``heartbeat_callback``.
+``retry_external``, ``resolve_callback`` (decided by the callback's CEL
+policy, :mod:`awa.callback_policy`), ``resume_external`` and
+``heartbeat_callback``.
 
 A handler parks its job with ``return awa.WaitForCallback(callback_id)``
 after ``await job.register_callback()``; the job waits in
@@ -21,9 +23,11 @@ to this process's hooks, so it fires once, where the resolution ran.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from awa import _core
+from awa.callback_policy import Resolution, decide, default_action
 from awa.db import Database
 from awa.errors import CallbackNotFound, CallbackNotResumable, FollowUpError, ValidationError
 from awa.followups import FollowUpFailed
@@ -57,10 +61,7 @@ async def fail(
 ) -> Job[Any]:
     if not isinstance(error, str):
         raise ValidationError(f"error: must be a string (got {type(error).__name__})", "error")
-    entry = _core.encode_json(
-        {"type": "ExternalFailure", "message": error, "traceback": None, "outcome": "failed"},
-        "error",
-    )
+    entry = _failure_entry(error)
     return await _resolve(db, lifecycle, callback_id, EXHAUSTED, "failed", entry, None, error)
 
 
@@ -105,6 +106,59 @@ def timeout_seconds_value(value: Any) -> float:
     return float(value)
 
 
+@dataclass(frozen=True, slots=True)
+class CallbackResolution:
+    """What ``resolve_callback`` did: ``resolution`` is ``completed``,
+    ``failed`` or ``ignored``; ``job`` is the job as committed (``None`` when
+    ignored: nothing changed); ``reason`` says which rule decided."""
+
+    resolution: Resolution
+    job: Job[Any] | None
+    reason: str
+
+
+async def resolve(
+    db: Database,
+    lifecycle: Lifecycle,
+    callback_id: uuid.UUID | str,
+    payload: Any,
+    default: Any,
+) -> CallbackResolution:
+    callback = callback_uuid(callback_id)
+    action = default_action(default)
+    encoded = None if payload is None else _core.encode_json(payload, "payload")
+    await db.require_schema()
+    async with db.pool.acquire() as connection, connection.transaction():
+        target = await db.fetchrow("jobs_callback_policy", callback, connection=connection)
+        if target is None:
+            raise CallbackNotFound(callback)
+        decoded = None if encoded is None else _core.decode_json(encoded)
+        decision = decide(target["callback_config"], decoded, action)
+        if decision.resolution is Resolution.Ignored:
+            return CallbackResolution(decision.resolution, None, decision.reason)
+        if decision.resolution is Resolution.Completed:
+            result = (
+                None if decision.payload is None else _core.encode_json(decision.payload, "payload")
+            )
+            job, transition = await _apply(
+                db, lifecycle, connection, callback, COMPLETED, "completed", None, result
+            )
+        else:
+            job, transition = await _apply(
+                db, lifecycle, connection, callback, EXHAUSTED, "failed",
+                _failure_entry(decision.reason), None, decision.reason,
+            )  # fmt: skip
+    lifecycle.committed([transition], None, None)
+    return CallbackResolution(decision.resolution, job, decision.reason)
+
+
+def _failure_entry(error: str) -> str:
+    return _core.encode_json(
+        {"type": "ExternalFailure", "message": error, "traceback": None, "outcome": "failed"},
+        "error",
+    )
+
+
 async def _resolve(
     db: Database,
     lifecycle: Lifecycle,
@@ -118,20 +172,39 @@ async def _resolve(
     callback = callback_uuid(callback_id)
     await db.require_schema()
     async with db.pool.acquire() as connection, connection.transaction():
-        row = await db.fetchrow(
-            "jobs_resolve_callback", callback, state, error_entry, payload, connection=connection
+        job, transition = await _apply(
+            db, lifecycle, connection, callback, outcome, state, error_entry, payload, error_text
         )
-        if row is None:
-            raise CallbackNotFound(callback)
-        job = lifecycle.committed_job(row)
-        transition = Transition(outcome, job, error=error_text, attempt=row["parked_attempt"])
-        if lifecycle.follow_ups.wants(job.kind, outcome):
-            try:
-                follow_ups = lifecycle.follow_up_rows([(transition, None)])
-            except FollowUpFailed as failed:
-                raise FollowUpError(f"{failed}; the callback was not resolved") from failed.error
-            await db.fetchval(
-                "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
-            )
     lifecycle.committed([transition], None, None)
     return job
+
+
+async def _apply(
+    db: Database,
+    lifecycle: Lifecycle,
+    connection: Any,
+    callback: uuid.UUID,
+    outcome: str,
+    state: str,
+    error_entry: str | None,
+    payload: str | None,
+    error_text: str = "",
+) -> tuple[Job[Any], Transition]:
+    """Inside the resolution's transaction: the guarded update, then the
+    mapped outcome's follow-ups. The caller dispatches after the commit."""
+    row = await db.fetchrow(
+        "jobs_resolve_callback", callback, state, error_entry, payload, connection=connection
+    )
+    if row is None:
+        raise CallbackNotFound(callback)
+    job = lifecycle.committed_job(row)
+    transition = Transition(outcome, job, error=error_text, attempt=row["parked_attempt"])
+    if lifecycle.follow_ups.wants(job.kind, outcome):
+        try:
+            follow_ups = lifecycle.follow_up_rows([(transition, None)])
+        except FollowUpFailed as failed:
+            raise FollowUpError(f"{failed}; the callback was not resolved") from failed.error
+        await db.fetchval(
+            "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
+        )
+    return job, transition

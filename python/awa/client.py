@@ -586,6 +586,25 @@ class AsyncClient:
         as :meth:`complete_external`."""
         return await callbacks.fail(await self._database(), self._lifecycle, callback_id, error)
 
+    async def resolve_callback(
+        self,
+        callback_id: uuid.UUID | str,
+        payload: Any = None,
+        default_action: str = "complete",
+    ) -> callbacks.CallbackResolution:
+        """Lets the callback's policy decide what ``payload`` means: the CEL
+        expressions given to ``register_callback`` (``filter``, then
+        ``on_fail``, then ``on_complete``; ``transform`` shapes what a
+        completion stores), else ``default_action`` (``"complete"``,
+        ``"fail"`` or ``"ignore"``, which leaves the job parked). Completes or
+        fails as :meth:`complete_external` / :meth:`fail_external` do, in one
+        transaction with the follow-ups, and returns an
+        :class:`awa.CallbackResolution`. A policy that cannot be evaluated
+        fails the job with the reason."""
+        return await callbacks.resolve(
+            await self._database(), self._lifecycle, callback_id, payload, default_action
+        )
+
     async def resume_external(self, callback_id: uuid.UUID | str, payload: Any = None) -> Job[Any]:
         """Hands ``payload`` to the handler waiting in place on this callback
         (``await job.wait_for_callback(callback_id)`` returns it) and puts the

@@ -254,22 +254,44 @@ class Job(Generic[T]):
             )
         self._stage.add(args, options)
 
-    async def register_callback(self, timeout_seconds: float = 3600.0) -> uuid.UUID:
+    async def register_callback(
+        self,
+        timeout_seconds: float = 3600.0,
+        *,
+        filter: str | None = None,
+        on_fail: str | None = None,
+        on_complete: str | None = None,
+        transform: str | None = None,
+    ) -> uuid.UUID:
         """Gives this attempt a callback id to hand to an external system, and
         returns it; ``return awa.WaitForCallback(callback_id)`` then parks the
-        job until ``complete_external``, ``fail_external`` or
-        ``retry_external`` resolves it. Register before handing the id out:
-        it is stored first. ``timeout_seconds`` sets ``callback_timeout_at``.
+        job until ``complete_external``, ``fail_external``,
+        ``retry_external`` or ``resolve_callback`` resolves it (or
+        ``await job.wait_for_callback(callback_id)`` waits in place for
+        ``resume_external``). Register before handing the id out: it is
+        stored first. ``timeout_seconds`` sets ``callback_timeout_at``.
+
+        ``filter``, ``on_fail``, ``on_complete`` and ``transform`` are CEL
+        expressions over ``payload`` that ``resolve_callback`` applies (see
+        :mod:`awa.callback_policy`); they are checked here and stored with
+        the job. Registering again replaces the callback and its policy.
         """
         if self._db is None:
             raise AwaError("register_callback works only on the job a handler is running")
+        from awa.callback_policy import policy_json
         from awa.callbacks import timeout_seconds_value  # callbacks imports this module
 
+        seconds = timeout_seconds_value(timeout_seconds)
+        policy = policy_json(
+            {
+                "filter": filter,
+                "on_fail": on_fail,
+                "on_complete": on_complete,
+                "transform": transform,
+            }
+        )
         row = await self._db.fetchrow(
-            "jobs_register_callback",
-            self.id,
-            self.run_lease,
-            timeout_seconds_value(timeout_seconds),
+            "jobs_register_callback", self.id, self.run_lease, seconds, policy
         )
         if row is None:
             raise AwaError(

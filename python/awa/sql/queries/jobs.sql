@@ -299,11 +299,20 @@ RETURNING jobs.id, jobs.state::text AS state, jobs.attempt,
 -- name: jobs_register_callback
 -- Gives a running attempt a callback id and its deadline; guarded like every
 -- attempt write, so a stale attempt gets nothing.
+-- $4 is the callback's policy (CEL expressions for resolve_callback) or NULL.
 UPDATE awa.jobs
 SET callback_id = gen_random_uuid(),
-    callback_timeout_at = now() + $3::float8 * interval '1 second'
+    callback_timeout_at = now() + $3::float8 * interval '1 second',
+    callback_config = $4::jsonb
 WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
 RETURNING callback_id, callback_timeout_at;
+
+-- name: jobs_callback_policy
+-- The job waiting on a callback (parked, or still running: early) and its
+-- policy, locked until the resolution that reads it commits.
+SELECT id, callback_config FROM awa.jobs
+WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
+FOR UPDATE;
 
 -- name: jobs_resolve_callback
 -- Resolves a callback: completed, failed (with an error entry) or available
