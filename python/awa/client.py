@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from awa import _core, callbacks
+from awa import _core, callbacks, cancellation
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues
 from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
@@ -33,6 +33,9 @@ from awa.tasks import Registry, Task, decoder_for
 from awa.worker import Worker
 
 log = logging.getLogger("awa.client")
+
+#: Cancellation reasons are kept in the job's error history.
+MAX_CANCEL_REASON_CHARS: Final = 2000
 
 T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
@@ -84,7 +87,12 @@ class AsyncClient:
     # ── tasks ───────────────────────────────────────────────────────────
 
     def task(
-        self, args_type: type[T] | Any, *, kind: str | None = None, queue: str = "default"
+        self,
+        args_type: type[T] | Any,
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        interrupt_on_cancel: bool = False,
     ) -> Callable[[HandlerT], HandlerT]:
         """Registers the decorated function as the handler for a job kind.
 
@@ -93,10 +101,19 @@ class AsyncClient:
         ``send_email``). The handler receives an :class:`awa.Job` whose
         ``args`` is an instance of ``args_type``. ``async def`` handlers run
         on the worker's event loop, plain ``def`` handlers in a thread pool.
+
+        When a running job is cancelled (:meth:`cancel`), ``job.is_cancelled()``
+        turns true; with ``interrupt_on_cancel=True`` an ``async def``
+        handler's task is also cancelled (``asyncio.CancelledError`` at its
+        next ``await``).
         """
+        if not isinstance(interrupt_on_cancel, bool):
+            raise ConfigurationError("interrupt_on_cancel: must be True or False")
 
         def register(handler: HandlerT) -> HandlerT:
-            self._registry.register(args_type, handler, kind=kind, queue=queue)
+            self._registry.register(
+                args_type, handler, kind=kind, queue=queue, interrupt_on_cancel=interrupt_on_cancel
+            )
             return handler
 
         return register
@@ -565,6 +582,52 @@ class AsyncClient:
         task = self._registry.by_kind.get(row["kind"])
         return Job.from_row(row, task.decode_args if task is not None else None)
 
+    # ── cancellation ────────────────────────────────────────────────────
+
+    async def cancel(
+        self, job_id: int, *, reason: str = cancellation.DEFAULT_REASON
+    ) -> Job[Any] | None:
+        """Cancels a job that has not finished, whatever its state, and returns
+        it as committed; ``None`` if it had already finished. A running
+        attempt is told (``job.is_cancelled()``, or an asyncio cancellation
+        for tasks registered with ``interrupt_on_cancel=True``) and whatever
+        it writes afterwards is refused. ``on_cancelled_enqueue`` follow-ups
+        commit with the cancellation (:class:`awa.FollowUpError`: nothing
+        changed); ``Cancelled`` fires here. Raises :class:`awa.JobNotFound`
+        for an unknown id."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValidationError(f"job_id: must be an integer (got {job_id!r})", "job_id")
+        db = await self._database()
+        cancelled = await cancellation.cancel(db, self._lifecycle, [job_id], _cancel_reason(reason))
+        if cancelled:
+            return cancelled[0]
+        if await db.fetchrow("jobs_get", job_id) is None:
+            raise JobNotFound(job_id)
+        return None
+
+    async def cancel_by_unique_key(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        reason: str = cancellation.DEFAULT_REASON,
+    ) -> list[Job[Any]]:
+        """Cancels the unfinished jobs inserted with the unique key these
+        arguments and options give (as :meth:`insert` computes it;
+        ``unique_opts`` defaults to :class:`awa.UniqueOpts`); returns them.
+        With ``by_period`` the key is the current period's."""
+        rows = _core.InsertRows(1)
+        add_job(
+            rows, self._registry, args, kind=kind, queue=queue,
+            unique_opts=UniqueOpts() if unique_opts is None else unique_opts,
+        )  # fmt: skip
+        key = rows.columns()[9][0]
+        db = await self._database()
+        ids = [row["id"] for row in await db.fetch("jobs_ids_by_unique_key", key)]
+        return await cancellation.cancel(db, self._lifecycle, ids, _cancel_reason(reason))
+
     # ── callbacks ───────────────────────────────────────────────────────
 
     async def complete_external(
@@ -743,3 +806,14 @@ class AsyncClient:
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
+
+
+def _cancel_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not reason or len(reason) > MAX_CANCEL_REASON_CHARS:
+        raise ValidationError(
+            f"reason: must be a non-empty string of at most {MAX_CANCEL_REASON_CHARS} characters",
+            "reason",
+        )
+    if "\x00" in reason:
+        raise ValidationError("reason: must not contain NUL characters", "reason")
+    return reason

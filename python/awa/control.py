@@ -5,7 +5,9 @@ is still waiting on sends ``pg_notify('awa_control', '<verb>:<job id>')``;
 the worker's notifier hands each message to its :class:`JobControl`, which
 wakes whoever watches that job in this process. Verbs: ``resume`` (a
 callback resumed a handler waiting in place), ``lost`` (the job left the
-attempt: its callback expired or it was resolved another way).
+attempt: its callback expired), ``cancel`` (``client.cancel``: the job is
+cancelled; ``job.is_cancelled()`` turns true, and the executor interrupts
+handlers that opted in).
 
 Failure handling: notifications are a shortcut, never the only path. A
 waiter also re-reads the job's row every ``poll_interval`` seconds, so a
@@ -40,6 +42,9 @@ class JobControl:
 
     def __init__(self, on_resumed: Callable[[Any], None] | None = None) -> None:
         self._watchers: dict[int, asyncio.Event] = {}
+        self._cancelled: set[int] = set()
+        #: Called with the job id when a cancellation of a job arrives.
+        self.on_cancel: Callable[[int], None] | None = None
         #: Called with the job's row when a handler waiting in place resumes
         #: (the worker emits ``Started``: the job re-entered execution).
         self.on_resumed = on_resumed
@@ -55,15 +60,26 @@ class JobControl:
     def deliver(self, payload: str) -> None:
         """One ``awa_control`` message (``<verb>:<job id>``)."""
         self.received += 1
-        _verb, _, ident = payload.partition(":")
+        verb, _, ident = payload.partition(":")
         try:
             job_id = int(ident)
         except ValueError:
             log.warning("ignoring a malformed %s message %r", CHANNEL, payload)
             return
+        if verb == "cancel":
+            self._cancelled.add(job_id)
+            if self.on_cancel is not None:
+                self.on_cancel(job_id)
         watcher = self._watchers.get(job_id)
         if watcher is not None:
             watcher.set()
+
+    def is_cancelled(self, job_id: int) -> bool:
+        return job_id in self._cancelled
+
+    def forget(self, job_id: int) -> None:
+        """The job's attempt in this process ended."""
+        self._cancelled.discard(job_id)
 
 
 async def wait_for_resume(

@@ -61,12 +61,17 @@ class Executor:
         self._control = control
         if control is not None:
             control.on_resumed = self.resumed
+            control.on_cancel = self.cancel_requested
         self._lifecycle = lifecycle
         self._registry = lifecycle.registry
         self._pending = pending
         self._dispatcher = dispatcher
         self._batch = batch
         self._running: dict[int, asyncio.Task[None]] = {}
+        # Running jobs whose task set interrupt_on_cancel, and those of them
+        # interrupted by a cancellation (their attempts record nothing).
+        self._interruptible: set[int] = set()
+        self._cancelled_on_request: set[int] = set()
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="awa-handler")
         self._shutting_down = False
         self._warned_return_kinds: set[str] = set()
@@ -88,11 +93,22 @@ class Executor:
         stage = job._stage = FollowUpStage(self._registry)
         job._db = self._db
         job._control = self._control
+        if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
+            self._interruptible.add(job.id)
         self._running[job.id] = asyncio.create_task(self._run(job, stage), name=f"awa-job-{job.id}")
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
             hooks.emit(Transition(STARTED, Job.from_row(row, decode)))
+
+    def cancel_requested(self, job_id: int) -> None:
+        """The job was cancelled on request: a handler that opted in is
+        interrupted (its attempt then records nothing: the job is already
+        cancelled)."""
+        task = self._running.get(job_id)
+        if task is not None and job_id in self._interruptible:
+            self._cancelled_on_request.add(job_id)
+            task.cancel("the job was cancelled on request")
 
     def resumed(self, row: Any) -> None:
         """A handler waiting in place was resumed by its callback: the job
@@ -109,6 +125,11 @@ class Executor:
             finally:
                 stage.seal()  # staging closes when the handler returns or raises
         except asyncio.CancelledError:
+            if job.id in self._cancelled_on_request:
+                # The job is already cancelled; any write would be refused.
+                stage.discard()
+                self._finish(job)
+                return
             current = asyncio.current_task()
             if self._shutting_down and current is not None and current.cancelling():
                 # Shutdown interrupted the handler: the worker releases the job.
@@ -248,6 +269,10 @@ class Executor:
 
     def _finish(self, job: Job[Any]) -> None:
         self._running.pop(job.id, None)
+        self._interruptible.discard(job.id)
+        self._cancelled_on_request.discard(job.id)
+        if self._control is not None:
+            self._control.forget(job.id)
         self.finished += 1
         self.on_outcome()
         self.on_slot_freed(self._dispatcher.finish(job.id))

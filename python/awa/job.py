@@ -301,6 +301,13 @@ class Job(Generic[T]):
         self.callback_id, self.callback_timeout_at = row[0], row[1]
         return row[0]  # type: ignore[no-any-return]
 
+    def is_cancelled(self) -> bool:
+        """Whether this job was cancelled on request (``client.cancel``) while
+        this handler runs. Long handlers should check it between steps and
+        return: the job is already ``cancelled``, and nothing this attempt
+        writes afterwards is applied. Always false outside a worker."""
+        return self._control is not None and self._control.is_cancelled(self.id)
+
     async def wait_for_callback(self, callback_id: uuid.UUID) -> Any:
         """Waits, inside the handler, until ``resume_external`` answers the
         callback this attempt registered, and returns its payload.

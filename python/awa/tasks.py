@@ -30,6 +30,8 @@ class Task:
     handler: Handler
     is_async: bool
     decode_args: ArgsDecoder
+    #: Cancel the handler's asyncio task when its job is cancelled on request.
+    interrupt_on_cancel: bool = False
 
 
 def derive_kind(name: str) -> str:
@@ -59,7 +61,15 @@ class Registry:
         self.by_kind: dict[str, Task] = {}
         self._by_type: dict[Any, Task | None] = {}
 
-    def register(self, args_type: Any, handler: Handler, *, kind: str | None, queue: str) -> Task:
+    def register(
+        self,
+        args_type: Any,
+        handler: Handler,
+        *,
+        kind: str | None,
+        queue: str,
+        interrupt_on_cancel: bool = False,
+    ) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
                 raise ConfigurationError(
@@ -83,6 +93,7 @@ class Registry:
             handler=handler,
             is_async=inspect.iscoroutinefunction(handler),
             decode_args=decoder_for(args_type),
+            interrupt_on_cancel=interrupt_on_cancel,
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):

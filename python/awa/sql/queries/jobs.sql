@@ -464,6 +464,49 @@ WITH expired AS (
 )
 SELECT expired.*, (SELECT count(*) FROM told) AS told FROM expired;
 
+-- name: jobs_cancel
+-- Cancels jobs that have not finished, whatever their state: a queued or
+-- parked job at once, a running one too (its worker is told through
+-- awa_control at commit; whatever the attempt writes later is refused by the
+-- state guard). Returns the jobs as committed with the state each had;
+-- finished or unknown ids are left out.
+WITH target AS (
+    SELECT id, state::text AS previous_state, attempt
+    FROM awa.jobs
+    WHERE id = ANY ($1::bigint[]) AND state NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'cancelled',
+        finalized_at = now(),
+        worker_id = NULL,
+        callback_id = NULL,
+        callback_timeout_at = NULL,
+        callback_config = NULL,
+        errors = coalesce(jobs.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'attempt', target.attempt, 'type', 'Cancel', 'message', $2::text,
+            'traceback', NULL, 'outcome', 'cancelled', 'at', now()))
+    FROM target
+    WHERE jobs.id = target.id
+    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
+              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+              jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
+              jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+              jobs.callback_id, jobs.callback_timeout_at, target.previous_state
+), told AS (
+    SELECT pg_notify('awa_control', 'cancel:' || id)
+    FROM cancelled
+    WHERE previous_state IN ('running', 'waiting_external')
+)
+SELECT cancelled.*, (SELECT count(*) FROM told) AS told FROM cancelled ORDER BY id;
+
+-- name: jobs_ids_by_unique_key
+-- Unfinished jobs inserted with this unique key.
+SELECT id FROM awa.jobs
+WHERE unique_key = $1 AND state NOT IN ('completed', 'failed', 'cancelled')
+ORDER BY id;
+
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
 -- attempt not counted. Guarded like every attempt write.
