@@ -66,7 +66,7 @@ async def test_a_running_handler_sees_is_cancelled_and_its_outcome_is_refused(cl
     @client.task(Export)
     async def export(job):
         started.set()
-        while not job.is_cancelled():
+        while not job.is_cancelled():  # noqa: ASYNC110 - a handler polling between steps
             await asyncio.sleep(0.01)
         seen.append(True)
         # Returning normally would complete; the guard refuses it.
