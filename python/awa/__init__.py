@@ -18,6 +18,7 @@ from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORI
 from awa.config import WorkerConfig
 from awa.errors import (
     AttemptLost,
+    AttemptTimeout,
     AwaError,
     CallbackNotFound,
     CallbackNotResumable,
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_UNIQUE_STATES",
     "AsyncClient",
     "AttemptLost",
+    "AttemptTimeout",
     "AwaError",
     "CallbackNotFound",
     "CallbackNotResumable",

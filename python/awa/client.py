@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 
 from awa import _core, callbacks, cancellation
-from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues
+from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues, timeout_seconds
 from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
@@ -93,6 +93,7 @@ class AsyncClient:
         kind: str | None = None,
         queue: str = "default",
         interrupt_on_cancel: bool = False,
+        timeout: float | datetime.timedelta | None = None,
     ) -> Callable[[HandlerT], HandlerT]:
         """Registers the decorated function as the handler for a job kind.
 
@@ -106,13 +107,25 @@ class AsyncClient:
         turns true; with ``interrupt_on_cancel=True`` an ``async def``
         handler's task is also cancelled (``asyncio.CancelledError`` at its
         next ``await``).
+
+        ``timeout`` (seconds or a ``timedelta``) bounds each attempt; it
+        overrides the queue's ``queue_timeouts`` entry. A handler still
+        running then is cancelled and the attempt fails with
+        ``AttemptTimeout`` (retried while attempts remain); if its worker
+        hung or died, maintenance does the same once the deadline passed.
         """
         if not isinstance(interrupt_on_cancel, bool):
             raise ConfigurationError("interrupt_on_cancel: must be True or False")
+        timeout_s = timeout_seconds(timeout, "timeout")
 
         def register(handler: HandlerT) -> HandlerT:
             self._registry.register(
-                args_type, handler, kind=kind, queue=queue, interrupt_on_cancel=interrupt_on_cancel
+                args_type,
+                handler,
+                kind=kind,
+                queue=queue,
+                interrupt_on_cancel=interrupt_on_cancel,
+                timeout_s=timeout_s,
             )
             return handler
 

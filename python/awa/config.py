@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -45,11 +46,14 @@ class WorkerConfig:
     leader_election_interval: float = 5.0
     #: Threads for synchronous (``def``) handlers (None: one per worker slot, up to 64).
     sync_handler_threads: int | None = None
+    #: Seconds an attempt may run, by queue (tasks may set their own
+    #: ``timeout``); queues not named have no limit.
+    queue_timeouts: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "queues":
+            if field.name in {"queues", "queue_timeouts"}:
                 continue
             if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
                 continue
@@ -59,11 +63,30 @@ class WorkerConfig:
                 _require_positive_seconds(
                     field.name, value, allow_zero=field.name == "flush_interval"
                 )
+        self._check_queue_timeouts()
         if self.heartbeat_staleness <= self.heartbeat_interval:
             raise ConfigurationError(
                 "heartbeat_staleness must be longer than heartbeat_interval "
                 f"({self.heartbeat_staleness} <= {self.heartbeat_interval})"
             )
+
+    def _check_queue_timeouts(self) -> None:
+        if self.queue_timeouts is None:
+            return
+        if not isinstance(self.queue_timeouts, Mapping):
+            raise ConfigurationError("queue_timeouts must map queue names to seconds")
+        served = {name for name, _ in self.queues}
+        for name, value in self.queue_timeouts.items():
+            if name not in served:
+                raise ConfigurationError(
+                    f"queue_timeouts names {name!r}, which this worker does not serve"
+                )
+            timeout_seconds(value, f"queue_timeouts[{name!r}]")
+
+    def queue_timeout(self, queue: str) -> float | None:
+        if self.queue_timeouts is None:
+            return None
+        return timeout_seconds(self.queue_timeouts.get(queue), "queue_timeouts")
 
     @property
     def connections_needed(self) -> int:
@@ -115,3 +138,17 @@ def _require_positive_seconds(name: str, value: Any, *, allow_zero: bool) -> Non
         raise ConfigurationError(f"{name} must be a number of seconds (got {value!r})")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigurationError(f"{name} must be > 0 seconds (got {value!r})")
+
+
+def timeout_seconds(value: Any, name: str) -> float | None:
+    """An attempt timeout as seconds (``None`` stays ``None``): a positive,
+    finite number or ``timedelta``."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be seconds or a timedelta (got {value!r})")
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be > 0 seconds (got {value!r})")
+    return float(value)

@@ -119,3 +119,9 @@ class CallbackNotResumable(AwaError):
         )
         self.callback_id = callback_id
         self.job_id = job_id
+
+
+class AttemptTimeout(AwaError):
+    """The attempt ran past its deadline (its task's or queue's ``timeout``):
+    the worker cancelled the handler, or maintenance rescued the attempt.
+    Recorded as a failed attempt, retried while attempts remain."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import datetime
 import functools
 import logging
 import time
@@ -32,12 +33,13 @@ from typing import Any
 from awa import _core
 from awa.control import JobControl
 from awa.db import Database
-from awa.errors import TerminalError, UnknownJobKind
+from awa.errors import AttemptTimeout, TerminalError, UnknownJobKind
 from awa.followups import FollowUpStage
 from awa.hooks import CANCELLED, COMPLETED, FAILED, STARTED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle, Pending, discard_staged
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.tasks import Task
 
 log = logging.getLogger("awa.executor")
 
@@ -95,7 +97,10 @@ class Executor:
         job._control = self._control
         if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
-        self._running[job.id] = asyncio.create_task(self._run(job, stage), name=f"awa-job-{job.id}")
+        budget_s = _attempt_budget(row, job, task_def)
+        self._running[job.id] = asyncio.create_task(
+            self._run(job, stage, budget_s), name=f"awa-job-{job.id}"
+        )
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
@@ -117,11 +122,11 @@ class Executor:
         if hooks.wants(row["kind"]):
             hooks.emit(Transition(STARTED, self._lifecycle.committed_job(row)))
 
-    async def _run(self, job: Job[Any], stage: FollowUpStage) -> None:
+    async def _run(self, job: Job[Any], stage: FollowUpStage, budget_s: float | None) -> None:
         started = time.monotonic()
         try:
             try:
-                result = await self._call_handler(job)
+                result = await self._call_handler(job, budget_s)
             finally:
                 stage.seal()  # staging closes when the handler returns or raises
         except asyncio.CancelledError:
@@ -145,7 +150,7 @@ class Executor:
             self._record_result(job, result, time.monotonic() - started)
         self._finish(job)
 
-    async def _call_handler(self, job: Job[Any]) -> Any:
+    async def _call_handler(self, job: Job[Any], budget_s: float | None) -> Any:
         task_def = self._registry.by_kind.get(job.kind)
         if task_def is None:
             raise UnknownJobKind(
@@ -154,10 +159,29 @@ class Executor:
             )
         job.args  # noqa: B018 - decode now: bad arguments are this attempt's failure
         if task_def.is_async:
-            return await task_def.handler(job)
+            if budget_s is None:
+                return await task_def.handler(job)
+            async with asyncio.timeout(budget_s) as scope:
+                try:
+                    return await task_def.handler(job)
+                except asyncio.CancelledError:
+                    if scope.expired():
+                        raise AttemptTimeout(_timeout_message(budget_s)) from None
+                    raise
         context = contextvars.copy_context()
         call = functools.partial(context.run, task_def.handler, job)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        running = asyncio.get_running_loop().run_in_executor(self._threads, call)
+        if budget_s is None:
+            return await running
+        try:
+            return await asyncio.wait_for(running, budget_s)
+        except TimeoutError:
+            log.warning(
+                "job %d (%s): the sync handler passed its %gs deadline; its thread runs on "
+                "until it returns, but the attempt is recorded as timed out",
+                job.id, job.kind, budget_s,
+            )  # fmt: skip
+            raise AttemptTimeout(_timeout_message(budget_s)) from None
 
     def _record_result(self, job: Job[Any], result: Any, duration_s: float) -> None:
         now = time.monotonic()
@@ -299,3 +323,23 @@ def _error_text(error: BaseException) -> str:
 def _traceback_tail(error: BaseException) -> str:
     lines = traceback.format_exception(error)
     return "".join(lines[-TRACEBACK_LINES:])
+
+
+#: Where ``jobs_claim`` puts the attempt's deadline, after the job's columns.
+_ATTEMPT_DEADLINE_AT = 20
+
+
+def _attempt_budget(row: Any, job: Job[Any], task_def: Task | None) -> float | None:
+    """Seconds this attempt may run: until the deadline the claim set
+    (measured from when it started, so clocks need not agree), else the
+    task's own timeout (claims that set no deadline)."""
+    deadline: datetime.datetime | None = (
+        row[_ATTEMPT_DEADLINE_AT] if len(row) > _ATTEMPT_DEADLINE_AT else None
+    )
+    if deadline is not None and job.attempted_at is not None:
+        return max((deadline - job.attempted_at).total_seconds(), 0.0)
+    return None if task_def is None else task_def.timeout_s
+
+
+def _timeout_message(budget_s: float) -> str:
+    return f"the attempt ran past its {budget_s:g}s deadline and was cancelled"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from awa import _core
@@ -47,6 +47,8 @@ class Producer:
         worker_id: int,
         poll_interval_s: float,
         claim_concurrency: int,
+        kind_timeouts: Mapping[str, float] | None = None,
+        queue_timeouts: Mapping[str, float] | None = None,
     ) -> None:
         self._db = db
         self._dispatcher = dispatcher
@@ -54,6 +56,11 @@ class Producer:
         self._worker_id = worker_id
         self._poll_interval_s = poll_interval_s
         self._claim = db.statement("jobs_claim")
+        # Attempt timeouts, as the claim sets each attempt's deadline.
+        kind_timeouts = kind_timeouts or {}
+        self._timeout_kinds = list(kind_timeouts)
+        self._kind_timeouts = list(kind_timeouts.values())
+        self._queue_timeouts = dict(queue_timeouts or {})
         self._prepare_session = db.statement("jobs_claim_prepare_session")
         self._claimers = claim_concurrency
         self._wake = asyncio.Event()
@@ -114,7 +121,15 @@ class Producer:
                 continue
             plan_id, queues, counts = plan
             try:
-                rows = await self._claim.fetch(connection, queues, counts, self._worker_id)
+                rows = await self._claim.fetch(
+                    connection,
+                    queues,
+                    counts,
+                    self._worker_id,
+                    self._timeout_kinds,
+                    self._kind_timeouts,
+                    [self._queue_timeouts.get(queue) for queue in queues],
+                )
                 self.claims += 1
                 self._failures = 0
                 for row in rows:

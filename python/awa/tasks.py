@@ -32,6 +32,8 @@ class Task:
     decode_args: ArgsDecoder
     #: Cancel the handler's asyncio task when its job is cancelled on request.
     interrupt_on_cancel: bool = False
+    #: Seconds an attempt may run (None: the queue's timeout, if any).
+    timeout_s: float | None = None
 
 
 def derive_kind(name: str) -> str:
@@ -69,6 +71,7 @@ class Registry:
         kind: str | None,
         queue: str,
         interrupt_on_cancel: bool = False,
+        timeout_s: float | None = None,
     ) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
@@ -94,6 +97,7 @@ class Registry:
             is_async=inspect.iscoroutinefunction(handler),
             decode_args=decoder_for(args_type),
             interrupt_on_cancel=interrupt_on_cancel,
+            timeout_s=timeout_s,
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):

@@ -87,6 +87,12 @@ class Worker:
             self.worker_id,
             config.poll_interval,
             config.claim_concurrency,
+            kind_timeouts={
+                kind: task.timeout_s
+                for kind, task in self.registry.by_kind.items()
+                if task.timeout_s is not None
+            },
+            queue_timeouts=config.queue_timeouts,
         )
         self.completer = Completer(self.db, self.batch, self.lifecycle, pending)
         self.executor.on_slot_freed = self.producer.slot_freed

@@ -38,8 +38,17 @@ async def register_worker(conn: asyncpg.Connection) -> int:
     return await conn.fetchval(Q("workers_register"), "host", 1, ["q"])
 
 
-async def claim(conn, queues, counts, worker_id):
-    return await conn.fetch(Q("jobs_claim"), queues, counts, worker_id)
+async def claim(conn, queues, counts, worker_id, kind_timeouts=None, queue_timeouts=None):
+    kind_timeouts = kind_timeouts or {}
+    return await conn.fetch(
+        Q("jobs_claim"),
+        queues,
+        counts,
+        worker_id,
+        list(kind_timeouts),
+        list(kind_timeouts.values()),
+        queue_timeouts or [None] * len(queues),
+    )
 
 
 async def finish(conn, ids, leases, states, delays=None, refunds=None, errors=None):
@@ -337,3 +346,20 @@ async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
     assert row["run_at"].timestamp() == 0 and row["state"] == "available"
     plain = await conn.fetchrow("SELECT * FROM awa.jobs WHERE kind = 'a' ORDER BY id LIMIT 1")
     assert plain["tags"] is None and plain["metadata"] is None and plain["unique_key"] is None
+
+
+async def test_claim_sets_the_deadline_from_the_kind_else_the_queue_timeout(conn):
+    worker = await register_worker(conn)
+    for kind in ("timed", "plain"):
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, args, state) VALUES ($1, 'q', '{}', 'available')",
+            kind,
+        )
+    rows = await claim(
+        conn, ["q"], [2], worker, kind_timeouts={"timed": 5.0}, queue_timeouts=[60.0]
+    )
+    budgets = {row["kind"]: (row[20] - row["attempted_at"]).total_seconds() for row in rows}
+    assert budgets == {"timed": 5.0, "plain": 60.0}
+    await conn.execute("UPDATE awa.jobs SET state = 'available'")
+    again = await claim(conn, ["q"], [2], worker)
+    assert [row[20] for row in again] == [None, None]

@@ -12,7 +12,10 @@ left alone. Silent worker rows are deleted once they hold nothing.
 Parked jobs whose callback deadline passed (``callback_timeout_at``) are
 treated like a failed attempt: ``retryable`` after a backoff while attempts
 remain, else ``failed``, each with a ``CallbackTimeout`` error entry; the
-callback id dies with them.
+callback id dies with them. Running attempts past their deadline
+(``attempt_deadline_at``, from the task's or queue's timeout) by more than
+``heartbeat_staleness`` are treated the same way: their worker, which
+cancels a handler at its deadline, hung or died.
 
 Lifecycle: after a rescue commits, jobs whose kind has hooks or
 ``on_rescued_enqueue`` specs are read back; the specs' follow-ups are
@@ -30,7 +33,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import Final
+from typing import Any, Final
 
 from awa import _core
 from awa.db import Database
@@ -45,6 +48,10 @@ RESCUE_BATCH_SIZE: Final = 1000
 CRASH_REASON: Final = "the worker process stopped heartbeating (crashed or was killed)"
 CALLBACK_TIMEOUT_ERROR: Final = "CallbackTimeout"
 CALLBACK_TIMEOUT_REASON: Final = "the callback was not resolved before its deadline"
+ATTEMPT_TIMEOUT_ERROR: Final = "AttemptTimeout"
+ATTEMPT_TIMEOUT_REASON: Final = (
+    "the attempt ran past its deadline and its worker did not stop it (hung or died)"
+)
 
 
 class Rescuer:
@@ -67,7 +74,10 @@ class Rescuer:
 
     async def rescue_once(self) -> int:
         """One pass; returns how many jobs were rescued."""
-        rescued = 0
+        # Deadlines first: an attempt past its deadline whose worker also
+        # died is rescued as timed out (what its handler was doing), not as
+        # a crash.
+        rescued = await self._expire_attempts()
         while True:
             orphans = await self._db.fetch("jobs_orphaned", self._staleness_s, RESCUE_BATCH_SIZE)
             if not orphans:
@@ -99,9 +109,31 @@ class Rescuer:
     async def _expire_callbacks(self) -> int:
         """Parked jobs past their callback deadline: retryable while attempts
         remain (the wait counts as a failed attempt), else failed."""
+        return await self._expire(
+            "jobs_callbacks_expired", (), "waiting_external",
+            CALLBACK_TIMEOUT_ERROR, CALLBACK_TIMEOUT_REASON, RescueReason.CallbackTimeout,
+        )  # fmt: skip
+
+    async def _expire_attempts(self) -> int:
+        """Running attempts past their deadline whose worker did not cancel
+        them (it hung or died): a timed-out attempt, as if it had."""
+        return await self._expire(
+            "jobs_attempts_expired", (self._staleness_s,), "running",
+            ATTEMPT_TIMEOUT_ERROR, ATTEMPT_TIMEOUT_REASON, RescueReason.DeadlineExceeded,
+        )  # fmt: skip
+
+    async def _expire(
+        self,
+        query: str,
+        query_args: tuple[Any, ...],
+        state: str,
+        error_type: str,
+        message: str,
+        reason: RescueReason,
+    ) -> int:
         expired = 0
         while True:
-            rows = await self._db.fetch("jobs_callbacks_expired", RESCUE_BATCH_SIZE)
+            rows = await self._db.fetch(query, *query_args, RESCUE_BATCH_SIZE)
             if not rows:
                 return expired
             decisions = _core.CompletionBatch(len(rows), 0.0, random.getrandbits(64))
@@ -109,22 +141,23 @@ class Rescuer:
             for row in rows:
                 decisions.failed(
                     row["id"], row["run_lease"], row["attempt"], row["max_attempts"],
-                    row["crashes"], CALLBACK_TIMEOUT_ERROR, CALLBACK_TIMEOUT_REASON, None, now,
+                    row["crashes"], error_type, message, None, now,
                 )  # fmt: skip
             ids, leases, states, delays, _refunds, errors = decisions.take()
             changed = await self._db.fetch(
-                "jobs_expire_callbacks", ids, leases, states, delays, errors
+                "jobs_expire", ids, leases, states, delays, errors, state
             )
             expired += len(changed)
             if changed:
                 log.warning(
-                    "%d callbacks expired (jobs %s)",
+                    "%d jobs rescued: %s (%s)",
                     len(changed),
+                    message,
                     ", ".join(str(row["id"]) for row in changed[:10]),
                 )
             observed = [row["id"] for row in changed if self._observes(row["kind"])]
             if observed:
-                await self._after_rescue(observed, RescueReason.CallbackTimeout)
+                await self._after_rescue(observed, reason)
             if len(rows) < RESCUE_BATCH_SIZE:
                 return expired
 

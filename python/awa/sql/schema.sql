@@ -62,6 +62,7 @@ CREATE TABLE awa.jobs (
     callback_id  uuid,
     callback_timeout_at timestamptz,
     callback_config jsonb,
+    attempt_deadline_at timestamptz,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -97,6 +98,11 @@ CREATE UNIQUE INDEX jobs_callback_idx ON awa.jobs (callback_id)
 -- Maintenance finds parked jobs whose callback deadline passed.
 CREATE INDEX jobs_callback_timeout_idx ON awa.jobs (callback_timeout_at)
     WHERE state = 'waiting_external';
+
+-- Maintenance finds attempts past their deadline; only attempts that have
+-- one enter it.
+CREATE INDEX jobs_attempt_deadline_idx ON awa.jobs (attempt_deadline_at)
+    WHERE state = 'running' AND attempt_deadline_at IS NOT NULL;
 
 -- One row per live worker process; its heartbeat keeps its claims alive.
 CREATE TABLE awa.workers (

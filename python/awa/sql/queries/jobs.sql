@@ -177,9 +177,15 @@ SET synchronous_commit = off;
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker,
 -- most urgent first (priority, then run_at, then id), skipping rows other
--- workers hold. Starting an attempt bumps attempt and run_lease.
+-- workers hold. Starting an attempt bumps attempt and run_lease, and sets
+-- its deadline from the timeout of its kind ($4 kinds, $5 seconds), else of
+-- its queue ($6, aligned with $1; NULL: none). Returns the job's columns
+-- and then attempt_deadline_at.
 WITH wanted AS (
-    SELECT name, count FROM unnest($1::text[], $2::integer[]) AS w(name, count)
+    SELECT name, count, timeout_s
+    FROM unnest($1::text[], $2::integer[], $6::float8[]) AS w(name, count, timeout_s)
+), kind_timeouts AS (
+    SELECT kind, timeout_s FROM unnest($4::text[], $5::float8[]) AS k(kind, timeout_s)
 ), picked AS (
     SELECT job.id
     FROM wanted
@@ -196,13 +202,17 @@ SET state = 'running',
     attempt = jobs.attempt + 1,
     run_lease = jobs.run_lease + 1,
     attempted_at = now(),
-    worker_id = $3
+    worker_id = $3,
+    attempt_deadline_at = now() + coalesce(
+        (SELECT timeout_s FROM kind_timeouts WHERE kind_timeouts.kind = jobs.kind),
+        (SELECT timeout_s FROM wanted WHERE wanted.name = jobs.queue)
+    ) * interval '1 second'
 WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
           jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.attempt_deadline_at;
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
@@ -433,12 +443,23 @@ WHERE state = 'waiting_external' AND callback_timeout_at <= now()
 ORDER BY callback_timeout_at
 LIMIT $1;
 
--- name: jobs_expire_callbacks
--- Applies the decisions for expired callbacks (the completion batch's
+-- name: jobs_attempts_expired
+-- Running attempts more than $1 seconds past their deadline: their worker
+-- (which cancels a handler at the deadline) hung or died.
+SELECT id, run_lease, attempt, max_attempts, crashes
+FROM awa.jobs
+WHERE state = 'running' AND attempt_deadline_at < now() - $1::float8 * interval '1 second'
+ORDER BY attempt_deadline_at
+LIMIT $2;
+
+-- name: jobs_expire
+-- Applies the decisions for expired deadlines (the completion batch's
 -- column shape): retryable after a backoff while attempts remain, else
--- failed, with an error entry. Guarded by (id, run_lease, still parked,
--- still past the deadline), so a callback resolved or extended meanwhile
--- is left alone.
+-- failed, with an error entry. $6 says which deadline: 'waiting_external'
+-- (the callback's) or 'running' (the attempt's). Guarded by (id, run_lease,
+-- still in that state, still past that deadline), so a job resolved,
+-- finished or extended meanwhile is left alone. A callback dies with its
+-- attempt either way.
 WITH expired AS (
     UPDATE awa.jobs AS jobs
     SET state = expiry.state::awa.job_state,
@@ -455,11 +476,12 @@ WITH expired AS (
          AS expiry(id, run_lease, state, delay_s, error)
     WHERE jobs.id = expiry.id
       AND jobs.run_lease = expiry.run_lease
-      AND jobs.state = 'waiting_external'
-      AND jobs.callback_timeout_at <= now()
+      AND jobs.state::text = $6::text
+      AND CASE WHEN $6::text = 'running' THEN jobs.attempt_deadline_at
+               ELSE jobs.callback_timeout_at END <= now()
     RETURNING jobs.id, jobs.kind
 ), told AS (
-    -- A handler waiting in place (job.wait_for_callback) learns it lost the job.
+    -- A handler still running (or waiting in place) learns it lost the job.
     SELECT pg_notify('awa_control', 'lost:' || id) FROM expired
 )
 SELECT expired.*, (SELECT count(*) FROM told) AS told FROM expired;
