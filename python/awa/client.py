@@ -591,9 +591,12 @@ class AsyncClient:
             add_job(rows, self._registry, args, batch=True, **options)
         return rows
 
-    def _job(self, row: Any) -> Job[Any]:
+    def _job(self, row: Any, include_payload: bool = True) -> Job[Any]:
         task = self._registry.by_kind.get(row["kind"])
-        return Job.from_row(row, task.decode_args if task is not None else None)
+        job = Job.from_row(row, task.decode_args if task is not None else None)
+        if not include_payload:
+            job._omit_payload()
+        return job
 
     # ── cancellation ────────────────────────────────────────────────────
 
@@ -614,7 +617,7 @@ class AsyncClient:
         cancelled = await cancellation.cancel(db, self._lifecycle, [job_id], _cancel_reason(reason))
         if cancelled:
             return cancelled[0]
-        if await db.fetchrow("jobs_get", job_id) is None:
+        if await db.fetchrow("jobs_get", job_id, False) is None:
             raise JobNotFound(job_id)
         return None
 
@@ -706,15 +709,20 @@ class AsyncClient:
 
     # ── inspection ──────────────────────────────────────────────────────
 
-    async def get_job(self, job_id: int) -> Job[Any]:
-        """The job with this id; raises :class:`awa.JobNotFound` if there is none."""
+    async def get_job(self, job_id: int, *, include_payload: bool = False) -> Job[Any]:
+        """The job with this id; raises :class:`awa.JobNotFound` if there is none.
+
+        Its ``args`` and ``metadata`` (which may hold personal data) are read
+        only with ``include_payload=True``; without it, touching them raises
+        :class:`awa.PayloadOmitted`."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise ValidationError(f"job_id: must be an integer (got {job_id!r})", "job_id")
+        _check_flag("include_payload", include_payload)
         db = await self._database()
-        row = await db.fetchrow("jobs_get", job_id)
+        row = await db.fetchrow("jobs_get", job_id, include_payload)
         if row is None:
             raise JobNotFound(job_id)
-        return self._job(row)
+        return self._job(row, include_payload)
 
     async def list_jobs(
         self,
@@ -723,8 +731,11 @@ class AsyncClient:
         queue: str | None = None,
         kind: str | None = None,
         limit: int = DEFAULT_LIST_LIMIT,
+        include_payload: bool = False,
     ) -> list[Job[Any]]:
-        """Jobs, newest first, filtered by any of state, queue and kind."""
+        """Jobs, newest first, filtered by any of state, queue and kind; args
+        and metadata only with ``include_payload=True`` (see :meth:`get_job`)."""
+        _check_flag("include_payload", include_payload)
         if state is not None:
             try:
                 state = JobState(state)
@@ -742,8 +753,10 @@ class AsyncClient:
                 f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit"
             )
         db = await self._database()
-        rows = await db.fetch("jobs_list", state and state.value, queue, kind, limit)
-        return [self._job(row) for row in rows]
+        rows = await db.fetch(
+            "jobs_list", state and state.value, queue, kind, limit, include_payload
+        )
+        return [self._job(row, include_payload) for row in rows]
 
     async def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (states with none are omitted)."""
@@ -830,3 +843,8 @@ def _cancel_reason(reason: Any) -> str:
     if "\x00" in reason:
         raise ValidationError("reason: must not contain NUL characters", "reason")
     return reason
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name}: must be True or False (got {value!r})", name)

@@ -125,3 +125,16 @@ class AttemptTimeout(AwaError):
     """The attempt ran past its deadline (its task's or queue's ``timeout``):
     the worker cancelled the handler, or maintenance rescued the attempt.
     Recorded as a failed attempt, retried while attempts remain."""
+
+
+class PayloadOmitted(AwaError):
+    """The job was read for inspection without ``include_payload=True``, so
+    its ``args`` and ``metadata`` were never fetched (they may hold personal
+    data). Ask for them explicitly where they are needed."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            f"job {job_id} was read without include_payload=True: its args and metadata "
+            "were not fetched"
+        )
+        self.job_id = job_id

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from awa import _core
-from awa.errors import AwaError, StagingError
+from awa.errors import AwaError, PayloadOmitted, StagingError
 
 if TYPE_CHECKING:
     from awa.control import JobControl
@@ -86,6 +86,7 @@ class Job(Generic[T]):
         "_errors_json",
         "_metadata",
         "_metadata_json",
+        "_payload_omitted",
         "_stage",
         "attempt",
         "attempted_at",
@@ -130,6 +131,7 @@ class Job(Generic[T]):
     _args: Any
     _metadata: Any
     _errors: Any
+    _payload_omitted: bool
     _stage: FollowUpStage | None
     _db: Database | None
     _control: JobControl | None
@@ -165,6 +167,7 @@ class Job(Generic[T]):
         job._args = _UNSET
         job._metadata = _UNSET
         job._errors = _UNSET
+        job._payload_omitted = False
         return job
 
     def finished(self, row: Any) -> Job[T]:
@@ -201,11 +204,21 @@ class Job(Generic[T]):
         job._args = _UNSET
         job._metadata = _UNSET
         job._errors = _UNSET
+        job._payload_omitted = False
         return job
+
+    def _omit_payload(self) -> None:
+        """Marks a job read without its args and metadata (inspection)."""
+        self._payload_omitted = True
+
+    def _require_payload(self) -> None:
+        if self._payload_omitted:
+            raise PayloadOmitted(self.id)
 
     @property
     def args(self) -> T:
         """The job's arguments, decoded into the task's argument type."""
+        self._require_payload()
         if self._args is _UNSET:
             self._args = self._decode_args(self._args_json)
         return self._args  # type: ignore[no-any-return]
@@ -213,11 +226,13 @@ class Job(Generic[T]):
     @property
     def args_json(self) -> str:
         """The arguments exactly as stored (compact JSON text)."""
+        self._require_payload()
         return self._args_json
 
     @property
     def metadata(self) -> dict[str, Any]:
         """Free-form metadata given at insert (an empty dict when none was)."""
+        self._require_payload()
         if self._metadata is _UNSET:
             raw = self._metadata_json
             self._metadata = {} if raw is None else _core.decode_json(raw)

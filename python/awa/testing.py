@@ -180,7 +180,7 @@ class AwaTestClient:
         if not await lifecycle.hooks.wait_idle(timeout):
             raise TimeoutError(f"hooks for job {job_id} were still running after {timeout}s")
 
-        job = await client.get_job(job_id)
+        job = await client.get_job(job_id, include_payload=True)
         if completer.applied:
             outcome = _OUTCOME_BY_STATE.get(job.state, job.state.value)
         else:

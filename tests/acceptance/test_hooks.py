@@ -111,7 +111,7 @@ async def test_event_job_is_the_row_as_committed_not_the_handlers_copy(client, c
     job = await run(client, handler, max_attempts=3, tags=["t"], metadata={"m": 1})
     [retried] = (await recorder.wait_for(events.Retried))[:1]
     await client.shutdown()
-    stored = await client.get_job(job.id)
+    stored = await client.get_job(job.id, include_payload=True)
     assert stored.attempt == 1  # shut down before a second attempt committed
     for name in JOB_FIELDS:
         assert getattr(retried.job, name) == getattr(stored, name), name

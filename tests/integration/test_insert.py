@@ -50,7 +50,7 @@ async def test_insert_returns_the_committed_job(client):
     assert job.errors == []
     assert job.created_at.tzinfo is not None and job.run_at.tzinfo is not None
     assert job.finalized_at is None
-    fetched = await client.get_job(job.id)
+    fetched = await client.get_job(job.id, include_payload=True)
     assert fetched.args == {"to": "a@b.c", "subject": "hi"}  # no task registered: a dict
 
 
@@ -79,10 +79,12 @@ async def test_dataclass_and_alias_arguments_round_trip(client):
 
     job = await client.insert(ResizeImage(path="/a.png", width=10))
     assert job.kind == "resize_image"
-    assert (await client.get_job(job.id)).args == ResizeImage(path="/a.png", width=10)
+    assert (await client.get_job(job.id, include_payload=True)).args == ResizeImage(
+        path="/a.png", width=10
+    )
     model = await client.insert(Aliased(userId=7))
     assert json.loads(model.args_json) == {"userId": 7}
-    assert (await client.get_job(model.id)).args.user_id == 7
+    assert (await client.get_job(model.id, include_payload=True)).args.user_id == 7
 
 
 async def test_a_dict_without_kind_is_refused(client):

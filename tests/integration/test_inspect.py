@@ -50,3 +50,18 @@ async def test_error_history_is_decoded(client, conn):
     )
     [entry] = (await client.get_job(job.id)).errors
     assert entry["type"] == "ValueError" and entry["attempt"] == 1
+
+
+async def test_inspection_leaves_args_and_metadata_out_unless_asked(client, conn):
+    job = await client.insert({"email": "a@b.c"}, kind="signup", metadata={"ip": "10.0.0.1"})
+    for seen in (await client.get_job(job.id), (await client.list_jobs(kind="signup"))[0]):
+        assert seen.id == job.id and seen.state is awa.JobState.Available
+        for field in ("args", "args_json", "metadata"):
+            with pytest.raises(awa.PayloadOmitted, match="include_payload=True"):
+                getattr(seen, field)
+    full = await client.get_job(job.id, include_payload=True)
+    assert full.args == {"email": "a@b.c"} and full.metadata == {"ip": "10.0.0.1"}
+    [listed] = await client.list_jobs(kind="signup", include_payload=True)
+    assert listed.args == {"email": "a@b.c"}
+    with pytest.raises(awa.ValidationError, match="include_payload"):
+        await client.get_job(job.id, include_payload="yes")  # type: ignore[arg-type]

@@ -103,7 +103,8 @@ async def test_work_one_inserts_staged_and_spec_follow_ups_with_the_completion(c
     result = await AwaTestClient(client).work_one()
 
     assert result is not None and result.outcome == "completed"
-    follow_ups = {job.kind: job for job in await client.list_jobs(state="available")}
+    available = await client.list_jobs(state="available", include_payload=True)
+    follow_ups = {job.kind: job for job in available}
     assert set(follow_ups) == {"stage_b", "audit"}
     assert follow_ups["stage_b"].args == {"item_id": 40}
     assert follow_ups["stage_b"].priority == 1
@@ -320,7 +321,7 @@ async def test_each_test_starts_from_an_empty_queue(app, awa_test_client, run):
     assert job.id == 1
     result = await awa_test_client.work_one()
     assert result.outcome == "completed"
-    assert [j.args.n for j in await app.list_jobs()] == [1, 0]
+    assert [j.args.n for j in await app.list_jobs(include_payload=True)] == [1, 0]
 """
 
 USER_INI = """
