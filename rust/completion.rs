@@ -20,7 +20,7 @@
 
 use crate::json::{write_lossy_string, JsonWriter};
 use crate::retry::{backoff_s, has_attempts_left, Jitter};
-use crate::state::JobState;
+use crate::state::{FailureReason, JobState};
 
 /// Error messages longer than this keep their head and say how much was cut.
 pub const MAX_ERROR_MESSAGE_CHARS: usize = 2_000;
@@ -161,7 +161,8 @@ impl CompletionBatch {
                 message: "a retry was requested, but no attempts are left",
                 traceback: None,
             };
-            let error = error_entry(&at, &report, JobState::Failed);
+            let reason = FailureReason::MaxAttemptsExhausted;
+            let error = error_entry(&at, &report, JobState::Failed, Some(reason));
             self.push(at, JobState::Failed, None, false, Some(error), now);
             JobState::Failed
         }
@@ -192,13 +193,14 @@ impl CompletionBatch {
             message: reason,
             traceback: None,
         };
-        let error = error_entry(&at, &report, JobState::Cancelled);
+        let error = error_entry(&at, &report, JobState::Cancelled, None);
         self.push(at, JobState::Cancelled, None, false, Some(error), now);
     }
 
     /// The handler raised an error that must not be retried.
     pub fn failed_terminal(&mut self, at: Attempt, report: &ErrorReport<'_>, now: f64) {
-        let error = error_entry(&at, report, JobState::Failed);
+        let reason = Some(FailureReason::TerminalError);
+        let error = error_entry(&at, report, JobState::Failed, reason);
         self.push(at, JobState::Failed, None, false, Some(error), now);
     }
 
@@ -208,7 +210,7 @@ impl CompletionBatch {
         if has_attempts_left(at.attempt, at.crashes, at.max_attempts) {
             let failures = u32::try_from(at.attempt - at.crashes).unwrap_or(1).max(1);
             let delay = backoff_s(failures, self.jitter.next_unit());
-            let error = error_entry(&at, report, JobState::Retryable);
+            let error = error_entry(&at, report, JobState::Retryable, None);
             self.push(
                 at,
                 JobState::Retryable,
@@ -219,7 +221,8 @@ impl CompletionBatch {
             );
             JobState::Retryable
         } else {
-            let error = error_entry(&at, report, JobState::Failed);
+            let reason = FailureReason::for_exhausted(report.error_type);
+            let error = error_entry(&at, report, JobState::Failed, Some(reason));
             self.push(at, JobState::Failed, None, false, Some(error), now);
             JobState::Failed
         }
@@ -282,7 +285,14 @@ impl CompletionBatch {
 }
 
 /// The error entry appended to a job's history; the database adds `at`.
-pub fn error_entry(at: &Attempt, report: &ErrorReport<'_>, outcome: JobState) -> String {
+/// One entry of a job's error history. `reason` is set on the entry that
+/// failed the job for good (the dead-letter reason).
+pub fn error_entry(
+    at: &Attempt,
+    report: &ErrorReport<'_>,
+    outcome: JobState,
+    reason: Option<FailureReason>,
+) -> String {
     let mut writer = JsonWriter::with_capacity(128 + report.message.len());
     writer.raw("{\"attempt\":");
     writer.i64(i64::from(at.attempt));
@@ -296,6 +306,10 @@ pub fn error_entry(at: &Attempt, report: &ErrorReport<'_>, outcome: JobState) ->
     }
     writer.raw(",\"outcome\":");
     write_lossy_string(&mut writer, outcome.as_str());
+    if let Some(reason) = reason {
+        writer.raw(",\"reason\":");
+        write_lossy_string(&mut writer, reason.as_str());
+    }
     writer.raw("}");
     writer.out
 }
@@ -341,6 +355,43 @@ mod tests {
             message: "boom",
             traceback: Some("Traceback ...\nValueError: boom"),
         }
+    }
+
+    #[test]
+    fn the_entry_that_fails_a_job_names_its_dead_letter_reason() {
+        let mut batch = CompletionBatch::new(100, 0.01, 1).unwrap();
+        let timeout = ErrorReport {
+            error_type: "AttemptTimeout",
+            message: "too slow",
+            traceback: None,
+        };
+        batch.failed(attempt(1, 1, 2), &boom(), 0.0); // attempts left: no reason
+        batch.failed(attempt(2, 2, 2), &boom(), 0.0);
+        batch.failed(attempt(3, 1, 1), &timeout, 0.0);
+        batch.failed_terminal(attempt(4, 1, 5), &boom(), 0.0);
+        batch.cancelled(attempt(5, 1, 5), "no", 0.0);
+        let reasons: Vec<Option<String>> = batch
+            .take()
+            .errors
+            .iter()
+            .map(|entry| {
+                let entry = entry.as_deref().unwrap();
+                entry
+                    .split("\"reason\":\"")
+                    .nth(1)
+                    .map(|rest| rest.split('"').next().unwrap().to_owned())
+            })
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                None,
+                Some("max_attempts_exhausted".to_owned()),
+                Some("deadline_exceeded".to_owned()),
+                Some("terminal_error".to_owned()),
+                None,
+            ]
+        );
     }
 
     #[test]
@@ -451,7 +502,7 @@ mod tests {
             message: "line \"one\"\nline two\0",
             traceback: None,
         };
-        let entry = error_entry(&at, &report, JobState::Retryable);
+        let entry = error_entry(&at, &report, JobState::Retryable, None);
         assert_eq!(
             entry,
             "{\"attempt\":2,\"type\":\"Bad\u{FFFD}Type\",\"message\":\"line \\\"one\\\"\\nline two\u{FFFD}\",\"outcome\":\"retryable\"}"

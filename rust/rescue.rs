@@ -10,7 +10,7 @@
 
 use crate::completion::{error_entry, Attempt, Columns, ErrorReport};
 use crate::retry::{backoff_s, crash_budget_exhausted, Jitter};
-use crate::state::JobState;
+use crate::state::{FailureReason, JobState};
 
 /// A running job that lost its worker.
 #[derive(Clone, Copy, Debug)]
@@ -32,19 +32,24 @@ pub fn plan_rescue(orphans: &[Orphan], reason: &str, jitter: &mut Jitter) -> Col
     for orphan in orphans {
         let crashes_after = orphan.crashes + 1;
         let exhausted = crash_budget_exhausted(crashes_after, orphan.max_crashes);
-        let (state, delay, message) = if exhausted {
+        let (state, delay, message, failure) = if exhausted {
             let message = format!(
                 "crash_loop: the worker died during {crashes_after} attempts \
                  (max_crashes is {}); {reason}",
                 orphan.max_crashes.unwrap_or_default()
             );
-            (JobState::Failed, None, message)
+            (
+                JobState::Failed,
+                None,
+                message,
+                Some(FailureReason::CrashLoop),
+            )
         } else {
             let delay = backoff_s(
                 u32::try_from(crashes_after).unwrap_or(1).max(1),
                 jitter.next_unit(),
             );
-            (JobState::Retryable, Some(delay), reason.to_owned())
+            (JobState::Retryable, Some(delay), reason.to_owned(), None)
         };
         let attempt = Attempt {
             id: orphan.id,
@@ -65,7 +70,7 @@ pub fn plan_rescue(orphans: &[Orphan], reason: &str, jitter: &mut Jitter) -> Col
         columns.refunds.push(0);
         columns
             .errors
-            .push(Some(error_entry(&attempt, &report, state)));
+            .push(Some(error_entry(&attempt, &report, state, failure)));
     }
     columns
 }

@@ -81,3 +81,48 @@ mod tests {
         );
     }
 }
+
+/// Why a job ended `failed`: what the dead-letter queue shows and filters on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    /// A retryable failure with no attempts left.
+    MaxAttemptsExhausted,
+    /// The handler (or an external callback) said the job must not be retried.
+    TerminalError,
+    /// A parked job's callback deadline passed on its last attempt.
+    CallbackTimeout,
+    /// The last attempt ran past its deadline.
+    DeadlineExceeded,
+    /// The job kept killing its workers (`max_crashes` spent).
+    CrashLoop,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 5] = [
+        FailureReason::MaxAttemptsExhausted,
+        FailureReason::TerminalError,
+        FailureReason::CallbackTimeout,
+        FailureReason::DeadlineExceeded,
+        FailureReason::CrashLoop,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::MaxAttemptsExhausted => "max_attempts_exhausted",
+            FailureReason::TerminalError => "terminal_error",
+            FailureReason::CallbackTimeout => "callback_timeout",
+            FailureReason::DeadlineExceeded => "deadline_exceeded",
+            FailureReason::CrashLoop => "crash_loop",
+        }
+    }
+
+    /// The reason for a retryable failure of `error_type` that found no
+    /// attempts left: timeouts keep their own name.
+    pub fn for_exhausted(error_type: &str) -> FailureReason {
+        match error_type {
+            "CallbackTimeout" => FailureReason::CallbackTimeout,
+            "AttemptTimeout" => FailureReason::DeadlineExceeded,
+            _ => FailureReason::MaxAttemptsExhausted,
+        }
+    }
+}

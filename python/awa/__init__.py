@@ -16,6 +16,7 @@ from awa.callback_policy import DefaultAction
 from awa.callbacks import CallbackResolution
 from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient
 from awa.config import WorkerConfig
+from awa.dead_letters import DeadLetter, DeadLetterReason
 from awa.errors import (
     AttemptLost,
     AttemptTimeout,
@@ -56,6 +57,8 @@ __all__ = [
     "CallbackResolution",
     "Cancel",
     "ConfigurationError",
+    "DeadLetter",
+    "DeadLetterReason",
     "DefaultAction",
     "EnqueueRequest",
     "FollowUpError",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal, Self, TypeAlias, TypedDict, final
 
 __all__ = [
+    "FAILURE_REASONS",
     "MAX_BACKOFF_S",
     "MAX_NAME_CHARS",
     "MAX_STAGED_BYTES",
@@ -58,6 +59,10 @@ _InsertColumns: TypeAlias = tuple[
     list[bytes | None],  # unique keys, 16 bytes each (None: not unique)
     list[int | None],  # unique states masks, 1-255 (None: not unique)
 ]
+
+FAILURE_REASONS: Final[tuple[str, ...]]
+"""Why a job ends ``failed`` (its dead-letter reason), as recorded in the
+``reason`` of the error entry that failed it and in ``failure_reason``."""
 
 MAX_BACKOFF_S: Final[float]
 """Retry delays never exceed this many seconds (86 400, one day)."""

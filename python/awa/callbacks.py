@@ -154,7 +154,13 @@ async def resolve(
 
 def _failure_entry(error: str) -> str:
     return _core.encode_json(
-        {"type": "ExternalFailure", "message": error, "traceback": None, "outcome": "failed"},
+        {
+            "type": "ExternalFailure",
+            "message": error,
+            "traceback": None,
+            "outcome": "failed",
+            "reason": "terminal_error",
+        },
         "error",
     )
 

@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from awa import _core, callbacks, cancellation
+from awa import _core, callbacks, cancellation, dead_letters
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues, timeout_seconds
 from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
@@ -598,6 +598,68 @@ class AsyncClient:
             job._omit_payload()
         return job
 
+    # ── the dead-letter queue ───────────────────────────────────────────
+
+    async def list_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        reason: dead_letters.DeadLetterReason | str | None = None,
+        limit: int = DEFAULT_LIST_LIMIT,
+        include_payload: bool = False,
+    ) -> list[dead_letters.DeadLetter]:
+        """Failed jobs, newest first, each with its :class:`awa.DeadLetterReason`
+        (``max_attempts_exhausted``, ``terminal_error``, ``callback_timeout``,
+        ``deadline_exceeded``, ``crash_loop``); args and metadata only with
+        ``include_payload=True`` (see :meth:`get_job`)."""
+        _check_flag("include_payload", include_payload)
+        _check_limit(limit)
+        selected = dead_letters.filters(None, queue, kind, reason)
+        return await dead_letters.list_dead_letters(
+            await self._database(), self._decoder, selected, limit, include_payload
+        )
+
+    async def retry_from_dlq(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        reason: dead_letters.DeadLetterReason | str | None = None,
+        everything: bool = False,
+    ) -> list[int]:
+        """Sends dead letters back to work (available now, attempts and crashes
+        reset, error history kept) and returns their ids. Give ``ids`` or a
+        filter; ``everything=True`` redrives every dead letter."""
+        selected = dead_letters.filters(ids, queue, kind, reason)
+        dead_letters.require_selection(selected, everything, "retry_from_dlq")
+        return await dead_letters.redrive(await self._database(), selected)
+
+    async def purge_dlq(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        reason: dead_letters.DeadLetterReason | str | None = None,
+        older_than: datetime.timedelta | None = None,
+        everything: bool = False,
+    ) -> int:
+        """Deletes dead letters (failed before ``older_than`` ago, if given) and
+        returns how many. Give ``ids`` or a filter; ``everything=True``
+        purges every dead letter."""
+        selected = dead_letters.filters(ids, queue, kind, reason)
+        if older_than is not None and not isinstance(older_than, datetime.timedelta):
+            raise ValidationError("older_than: must be a timedelta", "older_than")
+        dead_letters.require_selection(selected, everything or older_than is not None, "purge_dlq")
+        before = None if older_than is None else datetime.datetime.now(datetime.UTC) - older_than
+        return await dead_letters.purge(await self._database(), selected, before)
+
+    def _decoder(self, kind: str) -> Any:
+        task = self._registry.by_kind.get(kind)
+        return task.decode_args if task is not None else None
+
     # ── cancellation ────────────────────────────────────────────────────
 
     async def cancel(
@@ -744,14 +806,7 @@ class AsyncClient:
                 raise ValidationError(
                     f"state: must be one of {names} (got {state!r})", "state"
                 ) from None
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_LIST_LIMIT
-        ):
-            raise ValidationError(
-                f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit"
-            )
+        _check_limit(limit)
         db = await self._database()
         rows = await db.fetch(
             "jobs_list", state and state.value, queue, kind, limit, include_payload
@@ -848,3 +903,10 @@ def _cancel_reason(reason: Any) -> str:
 def _check_flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValidationError(f"{name}: must be True or False (got {value!r})", name)
+
+
+def _check_limit(limit: Any) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise ValidationError(
+            f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit"
+        )

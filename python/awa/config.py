@@ -11,6 +11,10 @@ from typing import Any
 from awa.errors import ConfigurationError
 
 DEFAULT_MAX_WORKERS = 10
+# Settings for which 0 means something (flush at once, keep nothing).
+_ZERO_ALLOWED = frozenset(
+    {"flush_interval", "completed_retention", "cancelled_retention", "dead_letter_retention"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,21 +53,32 @@ class WorkerConfig:
     #: Seconds an attempt may run, by queue (tasks may set their own
     #: ``timeout``); queues not named have no limit.
     queue_timeouts: Mapping[str, float] | None = None
+    #: Retention, in seconds since a job finished: completed jobs…
+    completed_retention: float = 86_400.0
+    #: …cancelled jobs…
+    cancelled_retention: float = 86_400.0
+    #: …and failed jobs, the dead-letter queue (14 days)…
+    dead_letter_retention: float = 14 * 86_400.0
+    #: …or, for the queues named here, this long (0: keep no dead letters).
+    dead_letter_retention_by_queue: Mapping[str, float] | None = None
+    #: How often the maintenance leader prunes finished jobs…
+    prune_interval: float = 60.0
+    #: …deleting at most this many per statement.
+    prune_batch_size: int = 1000
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name in {"queues", "queue_timeouts"}:
+            if field.name in {"queues", "queue_timeouts", "dead_letter_retention_by_queue"}:
                 continue
             if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
                 continue
             if field.type in ("int", "int | None"):
                 _require_positive_int(field.name, value)
             else:
-                _require_positive_seconds(
-                    field.name, value, allow_zero=field.name == "flush_interval"
-                )
+                _require_positive_seconds(field.name, value, allow_zero=field.name in _ZERO_ALLOWED)
         self._check_queue_timeouts()
+        self._check_dead_letter_retention()
         if self.heartbeat_staleness <= self.heartbeat_interval:
             raise ConfigurationError(
                 "heartbeat_staleness must be longer than heartbeat_interval "
@@ -82,6 +97,19 @@ class WorkerConfig:
                     f"queue_timeouts names {name!r}, which this worker does not serve"
                 )
             timeout_seconds(value, f"queue_timeouts[{name!r}]")
+
+    def _check_dead_letter_retention(self) -> None:
+        overrides = self.dead_letter_retention_by_queue
+        if overrides is None:
+            return
+        if not isinstance(overrides, Mapping):
+            raise ConfigurationError("dead_letter_retention_by_queue must map queues to seconds")
+        for name, value in overrides.items():
+            if not isinstance(name, str):
+                raise ConfigurationError("dead_letter_retention_by_queue keys are queue names")
+            _require_positive_seconds(
+                f"dead_letter_retention_by_queue[{name!r}]", value, allow_zero=True
+            )
 
     def queue_timeout(self, queue: str) -> float | None:
         if self.queue_timeouts is None:

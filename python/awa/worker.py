@@ -33,6 +33,7 @@ from awa.executor import Executor
 from awa.heartbeat import Heartbeat
 from awa.lifecycle import Lifecycle, Pending
 from awa.maintenance.leader import Leader
+from awa.maintenance.pruner import Pruner
 from awa.maintenance.rescuer import Rescuer
 from awa.maintenance.scheduler import Scheduler
 from awa.notifier import Notifier
@@ -105,8 +106,19 @@ class Worker:
         self.rescuer = Rescuer(
             self.db, self.lifecycle, config.rescue_interval, config.heartbeat_staleness
         )
+        self.pruner = Pruner(
+            self.db,
+            config.prune_interval,
+            config.prune_batch_size,
+            config.completed_retention,
+            config.cancelled_retention,
+            config.dead_letter_retention,
+            config.dead_letter_retention_by_queue,
+        )
         self.leader = Leader(
-            self.db, [self.scheduler.run, self.rescuer.run], config.leader_election_interval
+            self.db,
+            [self.scheduler.run, self.rescuer.run, self.pruner.run],
+            config.leader_election_interval,
         )
         self._spawn("completer", self.completer.run())
         self._spawn("notifier", self.notifier.run())

@@ -23,6 +23,7 @@ use crate::payload::{self, Invalid};
 use crate::rescue::{self, Orphan};
 use crate::retry::{self, Jitter};
 use crate::staging::{self, StagingBudget};
+use crate::state::FailureReason;
 use crate::unique::{self, UniqueOpts, UNIQUE_KEY_BYTES};
 
 pyo3::import_exception!(awa.errors, ValidationError);
@@ -960,6 +961,10 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Dispatcher>()?;
     module.add_class::<CompletionBatch>()?;
     module.add("MAX_BACKOFF_S", retry::MAX_BACKOFF_S)?;
+    module.add(
+        "FAILURE_REASONS",
+        PyTuple::new(module.py(), FailureReason::ALL.map(FailureReason::as_str))?,
+    )?;
     module.add("MAX_TAGS", payload::MAX_TAGS)?;
     module.add("MAX_NAME_CHARS", payload::MAX_NAME_CHARS)?;
     module.add("MAX_STAGED_FOLLOW_UPS", staging::MAX_STAGED_FOLLOW_UPS)?;

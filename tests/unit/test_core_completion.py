@@ -91,6 +91,7 @@ def test_retry_after_without_attempts_left_fails_the_job() -> None:
             "type": "RetryAfter",
             "message": "a retry was requested, but no attempts are left",
             "outcome": "failed",
+            "reason": "max_attempts_exhausted",
         },
     )
 
@@ -142,6 +143,7 @@ def test_failed_terminal_records_the_error_and_traceback() -> None:
             "message": "boom",
             "traceback": "Traceback …\nValueError: boom",
             "outcome": "failed",
+            "reason": "terminal_error",
         },
     )
 
@@ -360,6 +362,7 @@ def test_a_crash_past_the_budget_fails_with_crash_loop() -> None:
         "message": "crash_loop: the worker died during 6 attempts (max_crashes is 5); "
         "worker stopped heartbeating",
         "outcome": "failed",
+        "reason": "crash_loop",
     }
 
 
@@ -390,3 +393,10 @@ def test_rescuing_nothing_plans_nothing() -> None:
 def test_rescue_columns_must_have_one_value_per_job() -> None:
     with pytest.raises(ValueError, match="one value per job"):
         _core.plan_rescue([1, 2], [1], [1, 1], [25, 25], [0, 0], [None, None], "gone", SEED)
+
+
+def test_the_python_dead_letter_reasons_are_the_cores():
+    from awa import _core
+    from awa.dead_letters import DeadLetterReason
+
+    assert [reason.value for reason in DeadLetterReason] == list(_core.FAILURE_REASONS)

@@ -63,6 +63,7 @@ CREATE TABLE awa.jobs (
     callback_timeout_at timestamptz,
     callback_config jsonb,
     attempt_deadline_at timestamptz,
+    failure_reason text,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -71,7 +72,10 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_tags_count CHECK (cardinality(tags) <= 20),
     CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object'),
     CONSTRAINT jobs_unique_states_range CHECK (unique_states BETWEEN 1 AND 255),
-    CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL))
+    CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
+    CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
+        'max_attempts_exhausted', 'terminal_error', 'callback_timeout',
+        'deadline_exceeded', 'crash_loop'))
 ) WITH (fillfactor = 70);  -- room for each row's next versions on its own page
 
 -- Claims: the next available jobs of a queue, most urgent first.
@@ -103,6 +107,14 @@ CREATE INDEX jobs_callback_timeout_idx ON awa.jobs (callback_timeout_at)
 -- one enter it.
 CREATE INDEX jobs_attempt_deadline_idx ON awa.jobs (attempt_deadline_at)
     WHERE state = 'running' AND attempt_deadline_at IS NOT NULL;
+
+-- The dead-letter queue: failed jobs, newest first.
+CREATE INDEX jobs_dead_letter_idx ON awa.jobs (finalized_at)
+    WHERE state = 'failed';
+
+-- Retention finds finished jobs by age (BRIN: tiny, nearly free to keep).
+CREATE INDEX jobs_finalized_brin ON awa.jobs USING brin (finalized_at)
+    WITH (autosummarize = on);
 
 -- One row per live worker process; its heartbeat keeps its claims alive.
 CREATE TABLE awa.workers (

@@ -264,7 +264,8 @@ SET state = outcome.state::awa.job_state,
                                THEN jobs.callback_timeout_at END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
-                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END
+                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END,
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -296,7 +297,8 @@ SET state = outcome.state::awa.job_state,
                                THEN jobs.callback_timeout_at END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
-                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END
+                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END,
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -351,6 +353,7 @@ WITH parked AS (
         callback_id = NULL,
         callback_timeout_at = NULL,
         callback_config = NULL,
+        failure_reason = CASE WHEN $2::text = 'failed' THEN 'terminal_error' END,
         errors = CASE WHEN $3::jsonb IS NULL THEN jobs.errors
                       ELSE coalesce(jobs.errors, '[]'::jsonb)
                            || jsonb_build_array($3::jsonb || jsonb_build_object(
@@ -477,7 +480,8 @@ WITH expired AS (
         callback_timeout_at = NULL,
         callback_config = NULL,
         errors = coalesce(jobs.errors, '[]'::jsonb)
-                 || jsonb_build_array(expiry.error || jsonb_build_object('at', now()))
+                 || jsonb_build_array(expiry.error || jsonb_build_object('at', now())),
+        failure_reason = CASE WHEN expiry.state = 'failed' THEN expiry.error ->> 'reason' END
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
          AS expiry(id, run_lease, state, delay_s, error)
     WHERE jobs.id = expiry.id
@@ -534,6 +538,99 @@ SELECT cancelled.*, (SELECT count(*) FROM told) AS told FROM cancelled ORDER BY 
 SELECT id FROM awa.jobs
 WHERE unique_key = $1 AND state NOT IN ('completed', 'failed', 'cancelled')
 ORDER BY id;
+
+-- name: jobs_dead_letters
+-- The dead-letter queue: failed jobs, newest first, filtered by ids ($1),
+-- queue ($2), kind ($3) and reason ($4) where given; args and metadata only
+-- when $6 asks for them (see jobs_get). Then the failure reason.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       CASE WHEN $6::boolean THEN args END AS args, tags,
+       CASE WHEN $6::boolean THEN metadata END AS metadata,
+       errors, callback_id, callback_timeout_at, failure_reason
+FROM awa.jobs
+WHERE state = 'failed'
+  AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+  AND ($2::text IS NULL OR queue = $2)
+  AND ($3::text IS NULL OR kind = $3)
+  AND ($4::text IS NULL OR failure_reason = $4)
+ORDER BY finalized_at DESC, id DESC
+LIMIT $5;
+
+-- name: jobs_redrive
+-- Sends up to $5 dead letters matching the filters (as jobs_dead_letters)
+-- back to work: available now, attempts and crashes reset, failure
+-- forgotten (the error history stays). Wakes their queues.
+WITH target AS (
+    SELECT id FROM awa.jobs
+    WHERE state = 'failed'
+      AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+      AND ($2::text IS NULL OR queue = $2)
+      AND ($3::text IS NULL OR kind = $3)
+      AND ($4::text IS NULL OR failure_reason = $4)
+    ORDER BY id
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), redriven AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'available', attempt = 0, crashes = 0, run_at = now(), finalized_at = NULL,
+        failure_reason = NULL, attempt_deadline_at = NULL, worker_id = NULL
+    FROM target
+    WHERE jobs.id = target.id
+    RETURNING jobs.id, jobs.queue
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM redriven) AS q
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids, (SELECT count(*) FROM notified) AS notified
+FROM redriven;
+
+-- name: jobs_purge_dead_letters
+-- Deletes up to $5 dead letters matching the filters (as jobs_dead_letters)
+-- that failed before $6 (NULL: any time); returns how many.
+WITH purged AS (
+    DELETE FROM awa.jobs
+    WHERE id IN (
+        SELECT id FROM awa.jobs
+        WHERE state = 'failed'
+          AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+          AND ($2::text IS NULL OR queue = $2)
+          AND ($3::text IS NULL OR kind = $3)
+          AND ($4::text IS NULL OR failure_reason = $4)
+          AND ($6::timestamptz IS NULL OR finalized_at < $6)
+        LIMIT $5
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM purged;
+
+-- name: jobs_prune
+-- Retention: deletes up to $4 finished jobs older than their state's
+-- retention (seconds: $1 completed, $2 cancelled, $3 failed, the failed
+-- ones per queue where $5/$6 name one). Skips rows others hold, so it never
+-- waits; each call is one short transaction. Returns how many it deleted.
+WITH overrides AS (
+    SELECT queue, seconds FROM unnest($5::text[], $6::float8[]) AS o(queue, seconds)
+), pruned AS (
+    DELETE FROM awa.jobs
+    WHERE id IN (
+        SELECT jobs.id FROM awa.jobs AS jobs
+        -- The least retention bounds the scan (the BRIN index on finalized_at).
+        WHERE jobs.finalized_at < now() - least($1::float8, $2::float8, $3::float8,
+                                                (SELECT min(seconds) FROM overrides))
+                                        * interval '1 second'
+          AND jobs.finalized_at < now() - CASE jobs.state
+                WHEN 'completed' THEN $1::float8
+                WHEN 'cancelled' THEN $2::float8
+                WHEN 'failed' THEN coalesce(
+                    (SELECT seconds FROM overrides WHERE overrides.queue = jobs.queue), $3::float8)
+              END * interval '1 second'
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM pruned;
 
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
@@ -604,7 +701,8 @@ SET state = rescue.state::awa.job_state,
     callback_timeout_at = NULL,
     callback_config = NULL,
     errors = coalesce(jobs.errors, '[]'::jsonb)
-             || jsonb_build_array(rescue.error || jsonb_build_object('at', now()))
+             || jsonb_build_array(rescue.error || jsonb_build_object('at', now())),
+    failure_reason = CASE WHEN rescue.state = 'failed' THEN rescue.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
      AS rescue(id, run_lease, state, delay_s, error)
 WHERE jobs.id = rescue.id
