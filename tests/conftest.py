@@ -65,7 +65,7 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A direct connection for arranging and asserting, on a clean schema."""
     connection = await asyncpg.connect(database_url)
-    await connection.execute("TRUNCATE awa.jobs, awa.workers RESTART IDENTITY")
+    await connection.execute("TRUNCATE awa.jobs, awa.workers, awa.quarantine RESTART IDENTITY")
     try:
         yield connection
     finally:

@@ -39,6 +39,7 @@ from awa.followups import EnqueueRequest
 from awa.inserts import DEFAULT_UNIQUE_STATES, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.quarantine import QuarantinedFingerprint
 from awa.tasks import derive_kind
 
 __version__ = "0.1.0"
@@ -67,6 +68,7 @@ __all__ = [
     "JobNotFound",
     "JobState",
     "PayloadOmitted",
+    "QuarantinedFingerprint",
     "RescueReason",
     "RetryAfter",
     "SchemaNotMigrated",

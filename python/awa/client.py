@@ -12,7 +12,7 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 
-from awa import _core, callbacks, cancellation, dead_letters
+from awa import _core, callbacks, cancellation, dead_letters, quarantine
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues, timeout_seconds
 from awa.db import Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
@@ -659,6 +659,25 @@ class AsyncClient:
     def _decoder(self, kind: str) -> Any:
         task = self._registry.by_kind.get(kind)
         return task.decode_args if task is not None else None
+
+    # ── quarantine ──────────────────────────────────────────────────────
+
+    async def list_quarantine(
+        self, *, include_watched: bool = False
+    ) -> list[quarantine.QuarantinedFingerprint]:
+        """Quarantined fingerprints (kind + arguments whose jobs kept killing
+        their workers; claims hold their jobs), most recent first, each with
+        its crash count and reason; with ``include_watched=True`` also those
+        that crashed but are below the threshold."""
+        _check_flag("include_watched", include_watched)
+        return await quarantine.list_quarantine(await self._database(), include_watched)
+
+    async def release_quarantine(
+        self, fingerprint: str | bytes | quarantine.QuarantinedFingerprint
+    ) -> bool:
+        """Lets the fingerprint's jobs be claimed again (within a poll interval)
+        and forgets its crashes; returns whether it was known."""
+        return await quarantine.release(await self._database(), fingerprint)
 
     # ── cancellation ────────────────────────────────────────────────────
 

@@ -61,6 +61,11 @@ class WorkerConfig:
     dead_letter_retention: float = 14 * 86_400.0
     #: …or, for the queues named here, this long (0: keep no dead letters).
     dead_letter_retention_by_queue: Mapping[str, float] | None = None
+    #: Worker crashes of one fingerprint (kind + arguments) that quarantine
+    #: it: claims hold its jobs until ``client.release_quarantine``…
+    quarantine_threshold: int = 3
+    #: …when they happen within this many seconds of its first crash.
+    quarantine_window: float = 3600.0
     #: How often the maintenance leader prunes finished jobs…
     prune_interval: float = 60.0
     #: …deleting at most this many per statement.

@@ -104,7 +104,12 @@ class Worker:
         )
         self.scheduler = Scheduler(self.db, config.promote_interval, config.promote_batch_size)
         self.rescuer = Rescuer(
-            self.db, self.lifecycle, config.rescue_interval, config.heartbeat_staleness
+            self.db,
+            self.lifecycle,
+            config.rescue_interval,
+            config.heartbeat_staleness,
+            config.quarantine_threshold,
+            config.quarantine_window,
         )
         self.pruner = Pruner(
             self.db,

@@ -12,7 +12,14 @@ left alone. Silent worker rows are deleted once they hold nothing.
 Parked jobs whose callback deadline passed (``callback_timeout_at``) are
 treated like a failed attempt: ``retryable`` after a backoff while attempts
 remain, else ``failed``, each with a ``CallbackTimeout`` error entry; the
-callback id dies with them. Running attempts past their deadline
+callback id dies with them.
+
+Quarantine: every crash also counts against the job's fingerprint (kind and
+arguments, ``awa.job_fingerprint``); ``quarantine_threshold`` crashes within
+``quarantine_window`` quarantine it, and claims hold its jobs (any job with
+those arguments, not only the one that crashed) until an operator releases
+it. A single poison job is stopped by ``max_crashes``; quarantine stops the
+same poison arriving again and again. Running attempts past their deadline
 (``attempt_deadline_at``, from the task's or queue's timeout) by more than
 ``heartbeat_staleness`` are treated the same way: their worker, which
 cancels a handler at its deadline, hung or died.
@@ -56,12 +63,20 @@ ATTEMPT_TIMEOUT_REASON: Final = (
 
 class Rescuer:
     def __init__(
-        self, db: Database, lifecycle: Lifecycle, interval_s: float, staleness_s: float
+        self,
+        db: Database,
+        lifecycle: Lifecycle,
+        interval_s: float,
+        staleness_s: float,
+        quarantine_threshold: int = 3,
+        quarantine_window_s: float = 3600.0,
     ) -> None:
         self._db = db
         self._lifecycle = lifecycle
         self._interval_s = interval_s
         self._staleness_s = staleness_s
+        self._quarantine_threshold = quarantine_threshold
+        self._quarantine_window_s = quarantine_window_s
         self.rescued = 0
 
     async def run(self) -> None:
@@ -96,6 +111,8 @@ class Rescuer:
             count = len(changed)
             rescued += count
             log.warning("rescued %d orphaned jobs (%s)", count, ", ".join(map(str, ids[:10])))
+            if changed:
+                await self._count_crashes([row["id"] for row in changed])
             observed = [row["id"] for row in changed if self._observes(row["kind"])]
             if observed:
                 await self._after_rescue(observed, RescueReason.StaleHeartbeat)
@@ -160,6 +177,26 @@ class Rescuer:
                 await self._after_rescue(observed, reason)
             if len(rows) < RESCUE_BATCH_SIZE:
                 return expired
+
+    async def _count_crashes(self, job_ids: list[int]) -> None:
+        """Each crash counts against its job's fingerprint; too many in the
+        window quarantine it (claims hold its jobs)."""
+        counted = await self._db.fetch(
+            "quarantine_record_crashes",
+            job_ids,
+            self._quarantine_window_s,
+            self._quarantine_threshold,
+        )
+        for row in counted:
+            if row["newly_quarantined"]:
+                log.error(
+                    "quarantined fingerprint %s of kind %r after %d worker crashes: its jobs are "
+                    "held until client.release_quarantine(%r)",
+                    row["fingerprint"].hex(),
+                    row["kind"],
+                    row["crashes"],
+                    row["fingerprint"].hex(),
+                )
 
     def _observes(self, kind: str) -> bool:
         return self._lifecycle.observes(kind, RESCUED)

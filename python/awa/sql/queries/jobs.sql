@@ -192,12 +192,20 @@ WITH wanted AS (
     FROM unnest($1::text[], $2::integer[], $6::float8[]) AS w(name, count, timeout_s)
 ), kind_timeouts AS (
     SELECT kind, timeout_s FROM unnest($4::text[], $5::float8[]) AS k(kind, timeout_s)
+), held AS (
+    -- Once per claim: whether any fingerprint is quarantined at all.
+    SELECT EXISTS (SELECT 1 FROM awa.quarantine WHERE quarantined_at IS NOT NULL) AS any
 ), picked AS (
     SELECT job.id
     FROM wanted
+    CROSS JOIN held
     CROSS JOIN LATERAL (
         SELECT id FROM awa.jobs
         WHERE state = 'available' AND queue = wanted.name
+          AND NOT (held.any AND EXISTS (
+              SELECT 1 FROM awa.quarantine AS q
+              WHERE q.quarantined_at IS NOT NULL
+                AND q.fingerprint = awa.job_fingerprint(awa.jobs.kind, awa.jobs.args)))
         ORDER BY priority, run_at, id
         LIMIT wanted.count
         FOR UPDATE SKIP LOCKED

@@ -1,0 +1,55 @@
+-- name: quarantine_record_crashes
+-- Counts one crash per rescued job ($1 ids) against its fingerprint. A
+-- window of $2 seconds starts at a fingerprint's first crash; $3 crashes
+-- inside it quarantine the fingerprint (claims hold its jobs). A crash after
+-- the window starts a new one. Returns every fingerprint counted, with
+-- newly_quarantined set for those quarantined by this call.
+WITH crashed AS (
+    SELECT awa.job_fingerprint(kind, args) AS fingerprint, kind,
+           max(id) AS job_id, count(*)::integer AS crashes
+    FROM awa.jobs
+    WHERE id = ANY ($1::bigint[])
+    GROUP BY 1, 2
+), counted AS (
+    INSERT INTO awa.quarantine AS q (fingerprint, kind, crashes, window_started_at,
+                                     last_crash_at, last_job_id, quarantined_at, reason)
+    SELECT fingerprint, kind, crashes, now(), now(), job_id,
+           CASE WHEN crashes >= $3::integer THEN now() END,
+           CASE WHEN crashes >= $3::integer
+                THEN format('%s worker crashes within %s s', crashes, $2::float8) END
+    FROM crashed
+    ON CONFLICT (fingerprint) DO UPDATE SET
+        crashes = CASE WHEN q.quarantined_at IS NULL
+                        AND q.window_started_at < now() - $2::float8 * interval '1 second'
+                       THEN excluded.crashes ELSE q.crashes + excluded.crashes END,
+        window_started_at = CASE WHEN q.quarantined_at IS NULL
+                                  AND q.window_started_at < now() - $2::float8 * interval '1 second'
+                                 THEN now() ELSE q.window_started_at END,
+        last_crash_at = now(),
+        last_job_id = excluded.last_job_id,
+        quarantined_at = coalesce(q.quarantined_at, CASE
+            WHEN q.window_started_at >= now() - $2::float8 * interval '1 second'
+             AND q.crashes + excluded.crashes >= $3::integer THEN now() END),
+        reason = coalesce(q.reason, CASE
+            WHEN q.window_started_at >= now() - $2::float8 * interval '1 second'
+             AND q.crashes + excluded.crashes >= $3::integer
+            THEN format('%s worker crashes within %s s', q.crashes + excluded.crashes,
+                        $2::float8) END)
+    RETURNING q.fingerprint, q.kind, q.crashes, q.quarantined_at
+)
+SELECT fingerprint, kind, crashes, quarantined_at = now() AS newly_quarantined FROM counted;
+
+-- name: quarantine_list
+-- Quarantined fingerprints, most recent first, with why and the last job
+-- that crashed; with $1, every fingerprint that crashed (the watch list too).
+SELECT fingerprint, kind, crashes, window_started_at, last_crash_at, last_job_id,
+       quarantined_at, reason
+FROM awa.quarantine
+WHERE $1::boolean OR quarantined_at IS NOT NULL
+ORDER BY last_crash_at DESC;
+
+-- name: quarantine_release
+-- Releases a fingerprint: its jobs are claimed again (at the next poll) and
+-- its crash count starts over. Returns the kind, or nothing if the
+-- fingerprint was not known.
+DELETE FROM awa.quarantine WHERE fingerprint = $1 RETURNING kind;

@@ -1,0 +1,88 @@
+"""Quarantine: repeated worker crashes of one fingerprint (kind + arguments)
+hold its jobs at claim, operators see why, and releasing it lets them run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import awa
+from tests.acceptance.test_hooks import orphan
+from tests.support import FAST_WORKER, eventually, job_row, wait_for_state
+
+
+async def test_a_crash_looping_fingerprint_is_held_until_released(client, conn):
+    @client.task(dict, kind="render")
+    async def render(job):
+        return None
+
+    # Three jobs with the same arguments whose workers all died, and one
+    # with other arguments.
+    poison = [await client.insert({"doc": 13}, kind="render") for _ in range(3)]
+    healthy = await client.insert({"doc": 14}, kind="render", run_at=_soon())
+    for job in poison:
+        await orphan(conn, job.id)
+    await client.start([("default", 2)], quarantine_threshold=3, **FAST_WORKER)
+
+    async def quarantined() -> list[awa.QuarantinedFingerprint]:
+        return await client.list_quarantine()
+
+    [held] = await eventually(quarantined)
+    assert held.kind == "render" and held.crashes == 3 and held.held
+    assert "3 worker crashes" in (held.reason or "")
+    assert held.last_job_id in {job.id for job in poison}
+
+    # The other arguments run; the poison waits, available but not claimed.
+    await wait_for_state(conn, healthy.id, "completed")
+    for job in poison:
+        row = await wait_for_state(conn, job.id, "available", timeout=30)
+        assert row["crashes"] == 1
+    await asyncio.sleep(0.5)  # several polls: still nobody claims them
+    assert {(await job_row(conn, job.id))["state"] for job in poison} == {"available"}
+
+    assert await client.release_quarantine(held.fingerprint) is True
+    for job in poison:
+        await wait_for_state(conn, job.id, "completed")
+    assert await client.list_quarantine(include_watched=True) == []
+    assert await client.release_quarantine(held.fingerprint) is False
+
+
+async def test_crashes_below_the_threshold_are_watched_not_held(client, conn):
+    @client.task(dict, kind="render")
+    async def render(job):
+        return None
+
+    job = await client.insert({"doc": 1}, kind="render")
+    await orphan(conn, job.id)
+    await client.start([("default", 1)], quarantine_threshold=2, **FAST_WORKER)
+
+    async def watched() -> list[awa.QuarantinedFingerprint]:
+        return await client.list_quarantine(include_watched=True)
+
+    [entry] = await eventually(watched)
+    assert entry.crashes == 1 and not entry.held
+    assert await client.list_quarantine() == []
+    await wait_for_state(conn, job.id, "completed", timeout=30)
+    row = await job_row(conn, job.id)
+    assert json.loads(row["errors"])[0]["type"] == "WorkerCrash"
+
+
+async def test_fingerprints_ignore_key_order_and_release_checks_its_input(client, conn):
+    same = await conn.fetchval(
+        "SELECT awa.job_fingerprint('k', '{\"a\": 1, \"b\": 2}') = "
+        "awa.job_fingerprint('k', '{\"b\": 2, \"a\": 1}')"
+    )
+    other = await conn.fetchval(
+        "SELECT awa.job_fingerprint('k', '{\"a\": 1}') = awa.job_fingerprint('j', '{\"a\": 1}')"
+    )
+    assert same is True and other is False
+    with pytest.raises(awa.ValidationError, match="fingerprint"):
+        await client.release_quarantine("not hex")
+
+
+def _soon():
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
