@@ -1,11 +1,13 @@
-"""The command line: ``python -m awa migrate | worker | demo``."""
+"""The command line: ``python -m awa migrate | worker | jobs show | demo``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import datetime
 import importlib
+import json
 import logging
 import signal
 import sys
@@ -14,6 +16,7 @@ from typing import Any
 
 from awa.client import AsyncClient
 from awa.errors import AwaError, ConfigurationError
+from awa.job import Job
 
 log = logging.getLogger("awa.cli")
 
@@ -73,6 +76,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--migrate", action="store_true", help="migrate before starting")
     worker.set_defaults(run=_worker)
+
+    jobs = commands.add_parser("jobs", help="inspect jobs")
+    jobs_commands = jobs.add_subparsers(required=True, metavar="jobs-command")
+    show = jobs_commands.add_parser("show", help="one job and every attempt it made")
+    show.add_argument("job_id", type=int, metavar="JOB_ID")
+    show.add_argument(
+        "--payload", action="store_true", help="also print args and metadata (may be personal)"
+    )
+    _database_option(show)
+    show.set_defaults(run=_jobs_show)
 
     demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
     _database_option(demo)
@@ -155,6 +168,44 @@ async def _worker(options: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+async def _jobs_show(options: argparse.Namespace) -> int:
+    async with AsyncClient(options.database_url) as client:
+        job = await client.get_job(options.job_id, include_payload=options.payload)
+    for line in describe_job(job, with_payload=options.payload):
+        print(line)
+    return 0
+
+
+def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:
+    """The lines ``awa jobs show`` prints: the job, then one per attempt."""
+    lines = [
+        f"job {job.id}  kind {job.kind}  queue {job.queue}  state {job.state.value}",
+        f"  attempt {job.attempt}/{job.max_attempts}  crashes {job.crashes}"
+        f"  priority {job.priority}  run_at {_when(job.run_at)}",
+        f"  created {_when(job.created_at)}  finished {_when(job.finalized_at)}",
+    ]
+    if with_payload:
+        lines.append(f"  args {job.args_json}")
+        lines.append(f"  metadata {json.dumps(job.metadata, sort_keys=True)}")
+    else:
+        lines.append("  args and metadata not shown (--payload shows them)")
+    records = job.attempts
+    lines.append(f"attempts ({len(records)}):")
+    for record in records:
+        worker = f"worker {record.worker_id}" if record.worker_id is not None else ""
+        error = record.error or {}
+        detail = f"{error.get('type')}: {error.get('message')}" if error else ""
+        lines.append(
+            f"  #{record.attempt:<3} {record.outcome:<10} {_when(record.started_at)} → "
+            f"{_when(record.finished_at)}  {worker}  {detail}".rstrip()
+        )
+    return lines
+
+
+def _when(moment: datetime.datetime | None) -> str:
+    return "-" if moment is None else moment.isoformat(timespec="milliseconds")
 
 
 async def _demo(options: argparse.Namespace) -> int:

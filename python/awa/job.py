@@ -12,6 +12,7 @@ from awa import _core
 from awa.errors import AwaError, PayloadOmitted, StagingError
 
 if TYPE_CHECKING:
+    from awa.attempts import AttemptRecord
     from awa.control import JobControl
     from awa.db import Database
     from awa.followups import FollowUpStage
@@ -246,6 +247,15 @@ class Job(Generic[T]):
             raw = self._errors_json
             self._errors = [] if raw is None else _core.decode_json(raw)
         return self._errors  # type: ignore[no-any-return]
+
+    @property
+    def attempts(self) -> list[AttemptRecord]:
+        """Every run of this job, oldest first: outcome (``succeeded``,
+        ``failed``, ``timed_out``, ``abandoned``, ``cancelled``, ``running``,
+        ``waiting``), start, end, worker and error (see :mod:`awa.attempts`)."""
+        from awa.attempts import attempt_records  # attempts imports this module
+
+        return attempt_records(self)
 
     def enqueue_on_completion(self, args: Any, **options: Any) -> None:
         """Stages a follow-up job, inserted only if this attempt completes.

@@ -272,7 +272,9 @@ SET state = outcome.state::awa.job_state,
                                THEN jobs.callback_timeout_at END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
-                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END,
+                       || jsonb_build_array(outcome.error || jsonb_build_object(
+                           'at', now(), 'started_at', jobs.attempted_at,
+                           'worker_id', jobs.worker_id)) END,
     failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
@@ -305,7 +307,9 @@ SET state = outcome.state::awa.job_state,
                                THEN jobs.callback_timeout_at END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
-                       || jsonb_build_array(outcome.error || jsonb_build_object('at', now())) END,
+                       || jsonb_build_array(outcome.error || jsonb_build_object(
+                           'at', now(), 'started_at', jobs.attempted_at,
+                           'worker_id', jobs.worker_id)) END,
     failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
@@ -488,7 +492,9 @@ WITH expired AS (
         callback_timeout_at = NULL,
         callback_config = NULL,
         errors = coalesce(jobs.errors, '[]'::jsonb)
-                 || jsonb_build_array(expiry.error || jsonb_build_object('at', now())),
+                 || jsonb_build_array(expiry.error || jsonb_build_object(
+                        'at', now(), 'started_at', jobs.attempted_at,
+                        'worker_id', jobs.worker_id)),
         failure_reason = CASE WHEN expiry.state = 'failed' THEN expiry.error ->> 'reason' END
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
          AS expiry(id, run_lease, state, delay_s, error)
@@ -524,9 +530,16 @@ WITH target AS (
         callback_id = NULL,
         callback_timeout_at = NULL,
         callback_config = NULL,
-        errors = coalesce(jobs.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-            'attempt', target.attempt, 'type', 'Cancel', 'message', $2::text,
-            'traceback', NULL, 'outcome', 'cancelled', 'at', now()))
+        -- A running attempt's entry says when it started and where; a queued
+        -- job's cancellation ends no attempt, so its entry has neither.
+        errors = coalesce(jobs.errors, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(
+            jsonb_build_object(
+                'attempt', target.attempt, 'type', 'Cancel', 'message', $2::text,
+                'outcome', 'cancelled', 'at', now(),
+                'started_at', CASE WHEN target.previous_state IN ('running', 'waiting_external')
+                                   THEN jobs.attempted_at END,
+                'worker_id', CASE WHEN target.previous_state = 'running'
+                                  THEN jobs.worker_id END)))
     FROM target
     WHERE jobs.id = target.id
     RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
@@ -709,7 +722,8 @@ SET state = rescue.state::awa.job_state,
     callback_timeout_at = NULL,
     callback_config = NULL,
     errors = coalesce(jobs.errors, '[]'::jsonb)
-             || jsonb_build_array(rescue.error || jsonb_build_object('at', now())),
+             || jsonb_build_array(rescue.error || jsonb_build_object(
+                    'at', now(), 'started_at', jobs.attempted_at, 'worker_id', jobs.worker_id)),
     failure_reason = CASE WHEN rescue.state = 'failed' THEN rescue.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
      AS rescue(id, run_lease, state, delay_s, error)
