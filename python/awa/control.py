@@ -7,7 +7,8 @@ wakes whoever watches that job in this process. Verbs: ``resume`` (a
 callback resumed a handler waiting in place), ``lost`` (the job left the
 attempt: its callback expired), ``cancel`` (``client.cancel``: the job is
 cancelled; ``job.is_cancelled()`` turns true, and the executor interrupts
-handlers that opted in).
+handlers that opted in), ``quarantine`` (a fingerprint was quarantined or
+released: reload the set of fingerprints whose claimed jobs are held).
 
 Failure handling: notifications are a shortcut, never the only path. A
 waiter also re-reads the job's row every ``poll_interval`` seconds, so a
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -35,6 +37,15 @@ log = logging.getLogger("awa.control")
 CHANNEL: Final = "awa_control"
 #: How often a waiter re-reads its job when no message arrives.
 WAIT_POLL_INTERVAL_S: Final = 2.0
+#: How often a worker reloads the quarantined fingerprints without being told.
+QUARANTINE_RELOAD_S: Final = 30.0
+
+
+def fingerprint(kind: str, args_json: str) -> bytes:
+    """A job's fingerprint, as ``awa.job_fingerprint`` computes it in SQL:
+    the first 16 bytes of SHA-256 over the kind, a unit separator and the
+    arguments as PostgreSQL prints jsonb (which is what claims return)."""
+    return hashlib.sha256(f"{kind}\x1f{args_json}".encode()).digest()[:16]
 
 
 class JobControl:
@@ -43,6 +54,9 @@ class JobControl:
     def __init__(self, on_resumed: Callable[[Any], None] | None = None) -> None:
         self._watchers: dict[int, asyncio.Event] = {}
         self._cancelled: set[int] = set()
+        #: Quarantined fingerprints: claimed jobs with one are held, not run.
+        self.held: frozenset[bytes] = frozenset()
+        self.reload_held = asyncio.Event()
         #: Called with the job id when a cancellation of a job arrives.
         self.on_cancel: Callable[[int], None] | None = None
         #: Called with the job's row when a handler waiting in place resumes
@@ -61,6 +75,9 @@ class JobControl:
         """One ``awa_control`` message (``<verb>:<job id>``)."""
         self.received += 1
         verb, _, ident = payload.partition(":")
+        if verb == "quarantine":
+            self.reload_held.set()
+            return
         try:
             job_id = int(ident)
         except ValueError:
@@ -73,6 +90,22 @@ class JobControl:
         watcher = self._watchers.get(job_id)
         if watcher is not None:
             watcher.set()
+
+    def holds(self, kind: str, args_json: str) -> bool:
+        """Whether a claimed job's fingerprint is quarantined."""
+        return bool(self.held) and fingerprint(kind, args_json) in self.held
+
+    async def watch_quarantine(self, db: Database) -> None:
+        """Keeps :attr:`held` current: at start, when told, and every
+        ``QUARANTINE_RELOAD_S`` in case a message was lost."""
+        while True:
+            try:
+                rows = await db.fetch("quarantine_held")
+                self.held = frozenset(bytes(row["fingerprint"]) for row in rows)
+            except Exception as error:  # noqa: BLE001 - keep the last known set
+                log.warning("reloading quarantined fingerprints failed (%s)", error)
+            await _wait(self.reload_held, QUARANTINE_RELOAD_S)
+            self.reload_held.clear()
 
     def is_cancelled(self, job_id: int) -> bool:
         return job_id in self._cancelled

@@ -92,6 +92,10 @@ class Executor:
             # the job stays claimed and is rescued if this process dies.
             log.error("claimed %r without a free slot; leaving it to the rescuer", job)
             return
+        control = self._control
+        if control is not None and control.holds(job.kind, job.args_json):
+            self._running[job.id] = asyncio.create_task(self._hold(job), name=f"awa-hold-{job.id}")
+            return
         stage = job._stage = FollowUpStage(self._registry)
         job._db = self._db
         job._control = self._control
@@ -105,6 +109,19 @@ class Executor:
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
             hooks.emit(Transition(STARTED, Job.from_row(row, decode)))
+
+    async def _hold(self, job: Job[Any]) -> None:
+        """The job's fingerprint is quarantined: give it back unrun, parked
+        until the quarantine is released."""
+        try:
+            assert self._db is not None
+            await self._db.fetchval("jobs_hold", job.id, job.run_lease)
+            log.warning("job %d (%s) is held: its fingerprint is quarantined", job.id, job.kind)
+        except Exception as error:  # noqa: BLE001 - the rescue gives it back if this failed
+            log.error("holding quarantined job %d failed (%s)", job.id, error)
+        finally:
+            self._running.pop(job.id, None)
+            self.on_slot_freed(self._dispatcher.finish(job.id))
 
     def cancel_requested(self, job_id: int) -> None:
         """The job was cancelled on request: a handler that opted in is

@@ -4,8 +4,11 @@ A fingerprint is a job's kind plus its arguments (``awa.job_fingerprint``
 in SQL: 16 bytes of SHA-256 over the kind and the canonical jsonb text).
 The maintenance leader counts worker crashes per fingerprint and
 quarantines one that crashes ``quarantine_threshold`` times within
-``quarantine_window``: claims then hold every job with that fingerprint.
-:func:`list_quarantine` shows why; :func:`release` lets them run again.
+``quarantine_window``. Workers keep the quarantined set in memory (told
+through ``awa_control``, reloaded every 30 s anyway): a claimed job with a
+quarantined fingerprint is given back unrun and parked (``scheduled`` at
+``infinity``, attempt refunded), so the claim itself costs nothing more.
+:func:`list_quarantine` shows why; :func:`release` sets the parked jobs due.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ async def list_quarantine(db: Database, watching: bool) -> list[QuarantinedFinge
 
 
 async def release(db: Database, fingerprint: Any) -> bool:
-    return await db.fetchval("quarantine_release", _fingerprint_bytes(fingerprint)) is not None
+    row = await db.fetchrow("quarantine_release", _fingerprint_bytes(fingerprint))
+    return row is not None and row["kind"] is not None
 
 
 def _fingerprint_bytes(value: Any) -> bytes:

@@ -127,6 +127,7 @@ class Worker:
         )
         self._spawn("completer", self.completer.run())
         self._spawn("notifier", self.notifier.run())
+        self._spawn("quarantine", self.control.watch_quarantine(self.db))
         self._spawn("heartbeat", self.heartbeat.run())
         self._spawn("leader", self.leader.run())
         self._spawn("producer", self.producer.run())
@@ -166,6 +167,10 @@ class Worker:
         self._stopped = True
         self.leader.stop()
         self.heartbeat.stop()
+        watcher = self._tasks.get("quarantine")
+        if watcher is not None:
+            watcher.cancel()  # it only reads; nothing to finish
+            await asyncio.gather(watcher, return_exceptions=True)
         for name in ("notifier", "leader", "heartbeat"):
             await self._await_service(name, FINAL_WRITE_TIMEOUT_S)
         try:

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import awa
+from awa.control import fingerprint
 from tests.acceptance.test_hooks import orphan
 from tests.support import FAST_WORKER, eventually, job_row, wait_for_state
 
@@ -34,13 +35,16 @@ async def test_a_crash_looping_fingerprint_is_held_until_released(client, conn):
     assert "3 worker crashes" in (held.reason or "")
     assert held.last_job_id in {job.id for job in poison}
 
-    # The other arguments run; the poison waits, available but not claimed.
+    # The other arguments run; the poison is held: claimed, given back
+    # unrun with its attempt refunded, parked until released.
     await wait_for_state(conn, healthy.id, "completed")
     for job in poison:
-        row = await wait_for_state(conn, job.id, "available", timeout=30)
-        assert row["crashes"] == 1
-    await asyncio.sleep(0.5)  # several polls: still nobody claims them
-    assert {(await job_row(conn, job.id))["state"] for job in poison} == {"available"}
+        row = await wait_for_state(conn, job.id, "scheduled", timeout=30)
+        await eventually(lambda job=job: _parked(conn, job.id))
+        row = await job_row(conn, job.id)
+        assert row["crashes"] == 1 and row["attempt"] == 1
+    await asyncio.sleep(0.5)  # several polls: nothing runs them
+    assert {(await job_row(conn, job.id))["state"] for job in poison} == {"scheduled"}
 
     assert await client.release_quarantine(held.fingerprint) is True
     for job in poison:
@@ -78,8 +82,18 @@ async def test_fingerprints_ignore_key_order_and_release_checks_its_input(client
         "SELECT awa.job_fingerprint('k', '{\"a\": 1}') = awa.job_fingerprint('j', '{\"a\": 1}')"
     )
     assert same is True and other is False
+    # Workers compute it from what claims return; it must be the same bytes.
+    args_text = await conn.fetchval("""SELECT '{"b": [1, {"z": null}], "a": "é"}'::jsonb::text""")
+    in_sql = await conn.fetchval("SELECT awa.job_fingerprint('k', $1::jsonb)", args_text)
+    assert fingerprint("k", args_text) == in_sql
     with pytest.raises(awa.ValidationError, match="fingerprint"):
         await client.release_quarantine("not hex")
+
+
+async def _parked(conn, job_id: int) -> bool:
+    return await conn.fetchval(
+        "SELECT state = 'scheduled' AND run_at = 'infinity' FROM awa.jobs WHERE id = $1", job_id
+    )
 
 
 def _soon():

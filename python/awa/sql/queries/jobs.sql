@@ -192,20 +192,12 @@ WITH wanted AS (
     FROM unnest($1::text[], $2::integer[], $6::float8[]) AS w(name, count, timeout_s)
 ), kind_timeouts AS (
     SELECT kind, timeout_s FROM unnest($4::text[], $5::float8[]) AS k(kind, timeout_s)
-), held AS (
-    -- Once per claim: whether any fingerprint is quarantined at all.
-    SELECT EXISTS (SELECT 1 FROM awa.quarantine WHERE quarantined_at IS NOT NULL) AS any
 ), picked AS (
     SELECT job.id
     FROM wanted
-    CROSS JOIN held
     CROSS JOIN LATERAL (
         SELECT id FROM awa.jobs
         WHERE state = 'available' AND queue = wanted.name
-          AND NOT (held.any AND EXISTS (
-              SELECT 1 FROM awa.quarantine AS q
-              WHERE q.quarantined_at IS NOT NULL
-                AND q.fingerprint = awa.job_fingerprint(awa.jobs.kind, awa.jobs.args)))
         ORDER BY priority, run_at, id
         LIMIT wanted.count
         FOR UPDATE SKIP LOCKED
@@ -653,6 +645,17 @@ WITH overrides AS (
 )
 SELECT count(*) FROM pruned;
 
+-- name: jobs_hold
+-- A worker claimed a job whose fingerprint is quarantined: it goes back
+-- unrun, parked as scheduled at 'infinity' (never due) with its attempt
+-- given back, until release_quarantine sets it due. Guarded like every
+-- attempt write.
+UPDATE awa.jobs
+SET state = 'scheduled', run_at = 'infinity', attempt = attempt - 1, worker_id = NULL,
+    attempt_deadline_at = NULL
+WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
+RETURNING id;
+
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
 -- attempt not counted. Guarded like every attempt write.
@@ -691,7 +694,8 @@ SELECT (SELECT count(*) FROM promoted) AS promoted, (SELECT count(*) FROM notifi
 -- Seconds until the next scheduled or retryable job is due (NULL if none).
 SELECT extract(epoch FROM min(run_at) - now())::float8 AS seconds
 FROM awa.jobs
-WHERE state IN ('scheduled', 'retryable');
+WHERE state IN ('scheduled', 'retryable')
+  AND run_at < 'infinity';  -- jobs held by quarantine are never due
 
 -- name: jobs_orphaned
 -- Running jobs whose worker is gone or has not heartbeated for $1 seconds.

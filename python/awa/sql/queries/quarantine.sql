@@ -36,8 +36,14 @@ WITH crashed AS (
             THEN format('%s worker crashes within %s s', q.crashes + excluded.crashes,
                         $2::float8) END)
     RETURNING q.fingerprint, q.kind, q.crashes, q.quarantined_at
+), told AS (
+    -- Workers reload what they hold when a fingerprint is quarantined.
+    SELECT pg_notify('awa_control', 'quarantine:0')
+    FROM (SELECT 1 FROM counted WHERE quarantined_at = now() LIMIT 1) AS newly
 )
-SELECT fingerprint, kind, crashes, quarantined_at = now() AS newly_quarantined FROM counted;
+SELECT fingerprint, kind, crashes, quarantined_at = now() AS newly_quarantined,
+       (SELECT count(*) FROM told) AS told
+FROM counted;
 
 -- name: quarantine_list
 -- Quarantined fingerprints, most recent first, with why and the last job
@@ -49,7 +55,24 @@ WHERE $1::boolean OR quarantined_at IS NOT NULL
 ORDER BY last_crash_at DESC;
 
 -- name: quarantine_release
--- Releases a fingerprint: its jobs are claimed again (at the next poll) and
--- its crash count starts over. Returns the kind, or nothing if the
--- fingerprint was not known.
-DELETE FROM awa.quarantine WHERE fingerprint = $1 RETURNING kind;
+-- Releases a fingerprint: its crash count starts over, the jobs workers
+-- held for it are due again (the scheduler makes them available), and
+-- every worker is told. Returns the kind (NULL if the fingerprint was not
+-- known) and how many held jobs were set due.
+WITH released AS (
+    DELETE FROM awa.quarantine WHERE fingerprint = $1 RETURNING kind
+), resumed AS (
+    UPDATE awa.jobs SET run_at = now()
+    WHERE state = 'scheduled' AND run_at = 'infinity'
+      AND awa.job_fingerprint(kind, args) = $1
+      AND EXISTS (SELECT 1 FROM released)
+    RETURNING id
+), told AS (
+    SELECT pg_notify('awa_control', 'quarantine:0') FROM released
+)
+SELECT (SELECT kind FROM released) AS kind, (SELECT count(*) FROM resumed) AS resumed,
+       (SELECT count(*) FROM told) AS told;
+
+-- name: quarantine_held
+-- The fingerprints workers must hold at claim.
+SELECT fingerprint FROM awa.quarantine WHERE quarantined_at IS NOT NULL;
