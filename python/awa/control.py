@@ -11,7 +11,7 @@ handlers that opted in), ``quarantine`` (a fingerprint was quarantined or
 released: reload the set of fingerprints whose claimed jobs are held).
 
 Failure handling: notifications are a shortcut, never the only path. A
-waiter also re-reads the job's row every ``poll_interval`` seconds, so a
+waiter also re-reads the job's row every ``WAIT_POLL_INTERVAL_S`` seconds, so a
 message lost with a dropped connection delays it, never strands it.
 """
 
@@ -122,7 +122,11 @@ async def wait_for_resume(
     the job's row (with ``callback_result``). See ``Job.wait_for_callback``."""
     woken = control.watch(job.id) if control is not None else asyncio.Event()
     try:
-        await db.fetchval("jobs_park_in_place", job.id, job.run_lease, callback_id)
+        parked = await db.fetchval("jobs_park_in_place", job.id, job.run_lease, callback_id)
+        if parked is None:
+            early = await db.fetchrow("jobs_take_early_resume", job.id, job.run_lease, callback_id)
+            if early is not None:
+                return early  # resumed before the handler waited: nothing parked
         while True:
             row = await db.fetchrow("jobs_callback_wait_state", job.id)
             if _resumed(row, job, callback_id):

@@ -3,8 +3,8 @@
 Overview: :class:`Worker` registers the process (its id marks the jobs it
 claims), then runs the producer (claims), executor (handlers), completer
 (batched outcomes), notifier (LISTEN), heartbeat (liveness) and the leader
-election that runs maintenance (scheduler, rescuer) on one worker per
-database.
+election that runs maintenance (scheduler, rescuer, pruner) on one worker
+per database, and keeps the quarantined fingerprints it must hold.
 
 Shutdown: stop claiming; let running handlers finish within the timeout;
 cancel the rest and give their jobs back (available again, the interrupted

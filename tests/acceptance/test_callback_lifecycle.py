@@ -262,3 +262,31 @@ async def test_a_waiting_handler_whose_deadline_passes_loses_the_job(client, con
     assert json.loads(row["errors"])[-1]["type"] == "CallbackTimeout"
     await eventually(lambda: _resolved(handler))
     assert isinstance(handler.errors[0], awa.AttemptLost)
+
+
+async def test_an_early_resume_then_returning_wait_for_callback_parks_the_job(client, conn):
+    """resume_external is for handlers that wait in place; one that returns
+    WaitForCallback after an early resume must not leave the job running
+    with nobody to finish it: it parks, and can still be resolved."""
+    callbacks: asyncio.Queue[uuid.UUID] = asyncio.Queue()
+    go = asyncio.Event()
+
+    @client.task(Payout)
+    async def payout(job):
+        callback = await job.register_callback()
+        await callbacks.put(callback)
+        await go.wait()
+        return awa.WaitForCallback(callback)
+
+    job = await client.insert(Payout(amount=5))
+    await client.start([("default", 1)], **FAST_WORKER)
+    callback = await asyncio.wait_for(callbacks.get(), 15)
+    await client.resume_external(callback, {"early": True})
+    with pytest.raises(awa.CallbackNotFound):
+        await client.resume_external(callback, {"twice": True})
+    go.set()
+    row = await wait_for_state(conn, job.id, "waiting_external")
+    assert row["callback_id"] == callback
+    assert json.loads(row["metadata"]) == {"callback_result": {"early": True}}
+    done = await client.complete_external(callback, {"late": True})
+    assert done.state is awa.JobState.Completed

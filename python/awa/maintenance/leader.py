@@ -2,7 +2,7 @@
 
 Overview: leadership is a session-level advisory lock held on one pooled
 connection. Every worker tries to take it every ``leader_election_interval``;
-the one that holds it runs the scheduler and the rescuer. If the leader's
+the one that holds it runs the scheduler, the rescuer and the pruner. If the leader's
 process dies, PostgreSQL drops its connection and the lock with it, so a
 survivor takes over at its next try.
 

@@ -238,7 +238,8 @@ SET state = 'running',
     attempt = jobs.attempt + 1,
     run_lease = jobs.run_lease + 1,
     attempted_at = now(),
-    worker_id = $3
+    worker_id = $3,
+    attempt_deadline_at = NULL  -- awa.testing applies the task's timeout itself
 FROM picked
 WHERE jobs.id = picked.id
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
@@ -262,6 +263,8 @@ SET state = outcome.state::awa.job_state,
     callback_id = CASE WHEN outcome.state = 'waiting_external' THEN jobs.callback_id END,
     callback_timeout_at = CASE WHEN outcome.state = 'waiting_external'
                                THEN jobs.callback_timeout_at END,
+    callback_config = CASE WHEN outcome.state = 'waiting_external'
+                           THEN jobs.callback_config END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
                        || jsonb_build_array(outcome.error || jsonb_build_object(
@@ -297,6 +300,8 @@ SET state = outcome.state::awa.job_state,
     callback_id = CASE WHEN outcome.state = 'waiting_external' THEN jobs.callback_id END,
     callback_timeout_at = CASE WHEN outcome.state = 'waiting_external'
                                THEN jobs.callback_timeout_at END,
+    callback_config = CASE WHEN outcome.state = 'waiting_external'
+                           THEN jobs.callback_config END,
     errors = CASE WHEN outcome.error IS NULL THEN jobs.errors
                   ELSE coalesce(jobs.errors, '[]'::jsonb)
                        || jsonb_build_array(outcome.error || jsonb_build_object(
@@ -352,6 +357,7 @@ WITH parked AS (
     SET state = $2::text::awa.job_state,
         finalized_at = CASE WHEN $2::text IN ('completed', 'failed') THEN now() END,
         attempt = CASE WHEN $2::text = 'available' THEN 0 ELSE jobs.attempt END,
+        crashes = CASE WHEN $2::text = 'available' THEN 0 ELSE jobs.crashes END,
         run_at = CASE WHEN $2::text = 'available' THEN now() ELSE jobs.run_at END,
         worker_id = NULL,
         callback_id = NULL,
@@ -374,8 +380,13 @@ WITH parked AS (
               jobs.callback_id, jobs.callback_timeout_at, parked.attempt AS parked_attempt
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM resolved WHERE state = 'available'
+), told AS (
+    -- A handler waiting in place, or still running (early), lost the job.
+    SELECT pg_notify('awa_control', 'lost:' || id) FROM resolved
 )
-SELECT resolved.*, (SELECT count(*) FROM notified) AS notified FROM resolved;
+SELECT resolved.*, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM told) AS told
+FROM resolved;
 
 -- name: jobs_park_in_place
 -- A handler waits for its callback in place (job.wait_for_callback): the
@@ -385,7 +396,17 @@ SELECT resolved.*, (SELECT count(*) FROM notified) AS notified FROM resolved;
 UPDATE awa.jobs
 SET state = 'waiting_external'
 WHERE id = $1 AND run_lease = $2 AND state::text = 'running' AND callback_id = $3
+  AND NOT coalesce((callback_config ->> 'resumed_early')::boolean, false)
 RETURNING id;
+
+-- name: jobs_take_early_resume
+-- A handler about to wait in place finds its callback already resumed
+-- (early): it takes the result, and the callback is used up.
+UPDATE awa.jobs
+SET callback_id = NULL, callback_timeout_at = NULL, callback_config = NULL
+WHERE id = $1 AND run_lease = $2 AND state::text = 'running' AND callback_id = $3
+  AND coalesce((callback_config ->> 'resumed_early')::boolean, false)
+RETURNING metadata, metadata -> 'callback_result' AS callback_result;
 
 -- name: jobs_unpark
 -- A handler waiting in place was interrupted (shutdown): the job is running
@@ -409,20 +430,25 @@ WHERE id = $1;
 -- Resumes a handler waiting in place: the job is running again (under the
 -- same attempt and worker), the payload kept in metadata.callback_result,
 -- and the worker told at commit. A callback whose handler has not started
--- waiting yet (early) is consumed the same way; the handler finds the
--- result when it waits. resumable is false for a job parked by returning
--- WaitForCallback: no handler is there to resume.
+-- waiting yet (early) keeps its id, marked resumed_early, with the result
+-- stored: the handler takes it when it waits (jobs_take_early_resume), and
+-- a handler that returns WaitForCallback instead parks as usual, so the job
+-- is never left running without a handler. resumable is false for a job
+-- parked by returning WaitForCallback: no handler is there to resume.
 WITH target AS (
-    SELECT id, (state = 'running' OR worker_id IS NOT NULL) AS resumable
+    SELECT id, state, (state = 'running' OR worker_id IS NOT NULL) AS resumable
     FROM awa.jobs
     WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
+      AND NOT coalesce((callback_config ->> 'resumed_early')::boolean, false)
     FOR UPDATE
 ), resumed AS (
     UPDATE awa.jobs AS jobs
     SET state = 'running',
-        callback_id = NULL,
-        callback_timeout_at = NULL,
-        callback_config = NULL,
+        callback_id = CASE WHEN target.state = 'running' THEN jobs.callback_id END,
+        callback_timeout_at = CASE WHEN target.state = 'running' THEN jobs.callback_timeout_at END,
+        callback_config = CASE WHEN target.state = 'running'
+                               THEN coalesce(jobs.callback_config, '{}'::jsonb)
+                                    || '{"resumed_early": true}'::jsonb END,
         metadata = coalesce(jobs.metadata, '{}'::jsonb)
                    || jsonb_build_object('callback_result', $2::jsonb)
     FROM target
