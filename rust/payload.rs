@@ -117,14 +117,30 @@ pub fn check_tags(tags: &[String]) -> Result<(), Invalid> {
 
 /// `run_at` as microseconds since the Unix epoch, UTC: years 1–9999.
 pub fn check_run_at(micros: i64) -> Result<i64, Invalid> {
+    check_timestamp("run_at", micros)
+}
+
+/// A job's overall deadline, as microseconds since the epoch.
+pub fn check_deadline(micros: i64) -> Result<i64, Invalid> {
+    check_timestamp("deadline", micros)
+}
+
+fn check_timestamp(field: &str, micros: i64) -> Result<i64, Invalid> {
     if (MIN_TIMESTAMP_US..=MAX_TIMESTAMP_US).contains(&micros) {
         Ok(micros)
     } else {
         Err(Invalid::new(
-            "run_at",
+            field,
             "must fall within the years 1 to 9999 (UTC)",
         ))
     }
+}
+
+/// An attempt timeout in milliseconds: from 1 ms to about 24.8 days (what
+/// an `integer` column holds).
+pub fn check_timeout_ms(value: i64) -> Result<i32, Invalid> {
+    in_range("timeout", value, 1, i64::from(i32::MAX))
+        .map(|ms| i32::try_from(ms).expect("range-checked to fit an integer"))
 }
 
 /// JSON written by another serializer must not hold a NUL character.

@@ -58,6 +58,8 @@ _InsertColumns: TypeAlias = tuple[
     list[str | None],  # metadata (compact JSON objects; None: empty)
     list[bytes | None],  # unique keys, 16 bytes each (None: not unique)
     list[int | None],  # unique states masks, 1-255 (None: not unique)
+    list[int | None],  # attempt timeouts in milliseconds (None: the task's or queue's)
+    list[int | None],  # overall deadlines in microseconds since the epoch (None: none)
 ]
 
 FAILURE_REASONS: Final[tuple[str, ...]]
@@ -98,6 +100,8 @@ class _StagedRow(TypedDict):
     metadata: str | None
     unique_key: bytes | None
     unique_states: int | None
+    timeout_ms: int | None
+    deadline_us: int | None
 
 def derive_kind(class_name: str) -> str:
     """Returns the job kind for an argument class name, in snake case.
@@ -200,6 +204,8 @@ class InsertRows:
         batch: bool = False,
         unique: _UniqueOptions | None = None,
         now_us: int | None = None,
+        timeout_ms: int | None = None,
+        deadline_us: int | None = None,
     ) -> None:
         """Checks every limit and appends one encoded job.
 
@@ -208,9 +214,12 @@ class InsertRows:
         ``None`` (unbounded); ``run_at_us`` (microseconds since the epoch,
         UTC; ``None`` runs now) within the years 1-9999; ``tags`` a list of
         at most 20 strings of 1-200 characters; ``args`` and ``metadata``
-        (``None``: none) encode, as by :func:`encode_json`, to JSON objects.
-        Integers must be ``int`` (``bool`` is refused) and no text may hold a
-        NUL character.
+        (``None``: none) encode, as by :func:`encode_json`, to JSON objects;
+        ``timeout_ms`` (an attempt's timeout) 1 to 2 147 483 647 and
+        ``deadline_us`` (the job's overall deadline, microseconds since the
+        epoch) within the years 1-9999, errors naming ``timeout`` and
+        ``deadline``. Integers must be ``int`` (``bool`` is refused) and no
+        text may hold a NUL character.
 
         ``unique``, ``(by_args, by_queue, period_s, states_mask)``, gives the
         job a unique key: the first 16 bytes of SHA-256 over its kind, its
@@ -250,9 +259,10 @@ class InsertRows:
     def json_rows(self) -> str:
         """The rows as one JSON array of arrays, for ``jsonb_array_elements``:
         ``[kind, queue, args, priority, max_attempts, max_crashes, run_at_us,
-        tags, metadata, unique_key (hex), unique_states]`` per row, ``null``
-        where a value is absent. One text parameter instead of eleven arrays
-        is cheaper to send (the follow-up insert uses it)."""
+        tags, metadata, unique_key (hex), unique_states, timeout_ms,
+        deadline_us]`` per row, ``null`` where a value is absent. One text
+        parameter instead of thirteen arrays is cheaper to send (the
+        follow-up insert uses it)."""
 
     def written(self, inserted_keys: list[bytes] | None) -> list[int]:
         """Positions (0-based) of the rows an insert that skips duplicates

@@ -352,6 +352,8 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> Job[Any]:
@@ -365,6 +367,12 @@ class AsyncClient:
         violations raise :class:`awa.ValidationError` naming the field. A
         ``run_at`` in the past makes the job available at once; a
         ``timedelta`` is counted from now.
+
+        ``timeout`` (seconds or ``timedelta``) bounds each attempt of this
+        job, over its task's and queue's timeouts. ``deadline`` (a datetime,
+        or a ``timedelta`` from now) bounds the whole job: no attempt runs
+        past it, and a job still unfinished then fails with reason
+        ``deadline_exceeded``.
 
         With ``unique_opts`` (:class:`awa.UniqueOpts` or a dict of its
         fields; ``{}`` for the defaults) the job is not inserted when another
@@ -385,10 +393,12 @@ class AsyncClient:
             run_at=run_at,
             tags=tags,
             metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
             unique_opts=unique_opts,
         )
         (kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas,
-         unique_keys, unique_states) = rows.columns()  # fmt: skip
+         unique_keys, unique_states, timeouts, deadlines) = rows.columns()  # fmt: skip
         db = await self._database()
         await db.require_schema(connection)
         row = await db.fetchrow(
@@ -404,6 +414,8 @@ class AsyncClient:
             metas[0],
             unique_keys[0],
             unique_states[0],
+            timeouts[0],
+            deadlines[0],
             connection=connection,
         )
         if row is None:
@@ -423,6 +435,8 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
@@ -446,6 +460,8 @@ class AsyncClient:
             run_at=run_at,
             tags=tags,
             metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
             unique_opts=unique_opts,
         )
         if not len(rows):
@@ -467,6 +483,8 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> list[Job[Any]]:
@@ -487,6 +505,8 @@ class AsyncClient:
             run_at=run_at,
             tags=tags,
             metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
             copy=True,
         )
         if not len(rows):
@@ -514,6 +534,8 @@ class AsyncClient:
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> int:
@@ -529,6 +551,8 @@ class AsyncClient:
             run_at=run_at,
             tags=tags,
             metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
             copy=True,
         )
         if not len(rows):

@@ -9,6 +9,7 @@ to the database.
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ INSERT_OPTIONS: Final = frozenset(
         "tags",
         "metadata",
         "unique_opts",
+        "timeout",
+        "deadline",
     }
 )
 
@@ -125,10 +128,17 @@ def add_job(
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+    timeout: float | datetime.timedelta | None = None,
+    deadline: datetime.datetime | datetime.timedelta | None = None,
     batch: bool = False,
 ) -> None:
     """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`)."""
     kind, queue = registry.resolve(args, kind, queue)
+    limits = {}
+    if timeout is not None:
+        limits["timeout_ms"] = timeout_ms(timeout)
+    if deadline is not None:
+        limits["deadline_us"] = moment_us(deadline, "deadline")
     rows.add(
         args,
         kind,
@@ -142,6 +152,7 @@ def add_job(
         batch,
         unique=unique_core(unique_opts),
         now_us=now_us(),
+        **limits,
     )
 
 
@@ -163,19 +174,25 @@ def run_at_us(run_at: Any) -> int | None:
     """``run_at`` as microseconds since the epoch (UTC), for the Rust checks."""
     if run_at is None:
         return None
-    if isinstance(run_at, datetime.timedelta):
-        micros = now_us() + run_at // _MICROSECOND
-    elif isinstance(run_at, datetime.datetime):
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
+    return moment_us(run_at, "run_at")
+
+
+def moment_us(value: Any, field: str) -> int:
+    """A moment (aware datetime, or timedelta from now) as microseconds since
+    the epoch, clamped into an int64; the Rust core checks the year range."""
+    if isinstance(value, datetime.timedelta):
+        micros = now_us() + value // _MICROSECOND
+    elif isinstance(value, datetime.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
             raise ValidationError(
-                "run_at: must be timezone-aware (e.g. datetime.now(datetime.UTC))", "run_at"
+                f"{field}: must be timezone-aware (e.g. datetime.now(datetime.UTC))", field
             )
-        micros = (run_at - _EPOCH) // _MICROSECOND
+        micros = (value - _EPOCH) // _MICROSECOND
     else:
         raise ValidationError(
-            "run_at: must be a timezone-aware datetime or a timedelta "
-            f"(got {type(run_at).__name__})",
-            "run_at",
+            f"{field}: must be a timezone-aware datetime or a timedelta "
+            f"(got {type(value).__name__})",
+            field,
         )
     # Far beyond the years 1–9999 the Rust check reports; keep it an int64.
     return max(min(micros, _INT64_MAX), -_INT64_MAX)
@@ -227,3 +244,15 @@ def _states_mask(states: Iterable[JobState]) -> int:
             "unique_opts.states: must name at least one state", "unique_opts.states"
         )
     return mask
+
+
+def timeout_ms(value: Any) -> int:
+    """A job's own attempt timeout (seconds or ``timedelta``) in whole
+    milliseconds, at least 1; the Rust core checks the upper bound."""
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(f"timeout: must be seconds or a timedelta (got {value!r})", "timeout")
+    if value <= 0:
+        raise ValidationError(f"timeout: must be > 0 seconds (got {value!r})", "timeout")
+    return max(1, min(round(value * 1000), _INT64_MAX))

@@ -97,6 +97,9 @@ struct InsertRows {
     metadata: Vec<Option<String>>,
     unique_keys: Vec<Option<[u8; UNIQUE_KEY_BYTES]>>,
     unique_states: Vec<Option<i16>>,
+    /// Per-job attempt timeouts (milliseconds) and overall deadlines.
+    timeout_ms: Vec<Option<i32>>,
+    deadline_us: Vec<Option<i64>>,
     /// What the attempt has staged, in a staging set.
     staging: Option<StagingBudget>,
 }
@@ -118,6 +121,8 @@ impl InsertRows {
             metadata: Vec::with_capacity(capacity),
             unique_keys: Vec::with_capacity(capacity),
             unique_states: Vec::with_capacity(capacity),
+            timeout_ms: Vec::with_capacity(capacity),
+            deadline_us: Vec::with_capacity(capacity),
             staging: staging.then(StagingBudget::new),
         }
     }
@@ -125,7 +130,7 @@ impl InsertRows {
     /// Checks every limit and encodes one job; raises `ValidationError`
     /// naming the field (prefixed with the job's position when `batch`),
     /// or `StagingError` in a staging set.
-    #[pyo3(signature = (args, kind, queue, priority, max_attempts, max_crashes, run_at_us, tags, metadata, batch = false, unique = None, now_us = None))]
+    #[pyo3(signature = (args, kind, queue, priority, max_attempts, max_crashes, run_at_us, tags, metadata, batch = false, unique = None, now_us = None, timeout_ms = None, deadline_us = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
@@ -141,6 +146,8 @@ impl InsertRows {
         batch: bool,
         unique: Option<&Bound<'_, PyAny>>,
         now_us: Option<i64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        deadline_us: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         if let Some(budget) = &self.staging {
             budget
@@ -167,19 +174,13 @@ impl InsertRows {
         let max_attempts =
             payload::check_max_attempts(int_field("max_attempts", max_attempts).map_err(&fail)?)
                 .map_err(&fail)?;
-        let max_crashes = match max_crashes {
-            None => None,
-            Some(value) => Some(
-                payload::check_max_crashes(int_field("max_crashes", value).map_err(&fail)?)
-                    .map_err(&fail)?,
-            ),
-        };
-        let run_at_us = match run_at_us {
-            None => None,
-            Some(value) => Some(
-                payload::check_run_at(int_field("run_at", value).map_err(&fail)?).map_err(&fail)?,
-            ),
-        };
+        let max_crashes =
+            optional_int(max_crashes, "max_crashes", payload::check_max_crashes).map_err(&fail)?;
+        let run_at_us = optional_int(run_at_us, "run_at", payload::check_run_at).map_err(&fail)?;
+        let timeout_ms =
+            optional_int(timeout_ms, "timeout", payload::check_timeout_ms).map_err(&fail)?;
+        let deadline_us =
+            optional_int(deadline_us, "deadline", payload::check_deadline).map_err(&fail)?;
         let tags = match tags {
             None => None,
             Some(value) => {
@@ -229,6 +230,8 @@ impl InsertRows {
         self.metadata.push(metadata);
         self.unique_keys.push(unique_key);
         self.unique_states.push(unique_states);
+        self.timeout_ms.push(timeout_ms);
+        self.deadline_us.push(deadline_us);
         Ok(())
     }
 
@@ -239,7 +242,7 @@ impl InsertRows {
     /// One list per column, for `INSERT … SELECT … FROM unnest(...)`:
     /// `kinds`, `queues`, `args`, `priorities`, `max_attempts`, `max_crashes`,
     /// `run_at_us`, `tags` (array literals), `metadata`, `unique_keys`
-    /// (bytes), `unique_states`.
+    /// (bytes), `unique_states`, `timeout_ms`, `deadline_us`.
     fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let tags: Vec<Option<String>> = self
             .tags
@@ -252,20 +255,23 @@ impl InsertRows {
                 .iter()
                 .map(|key| key.map(|key| PyBytes::new(py, &key))),
         )?;
-        (
-            self.kinds.clone(),
-            self.queues.clone(),
-            self.args.clone(),
-            self.priorities.clone(),
-            self.max_attempts.clone(),
-            self.max_crashes.clone(),
-            self.run_at_us.clone(),
-            tags,
-            self.metadata.clone(),
-            unique_keys,
-            self.unique_states.clone(),
-        )
-            .into_pyobject(py)
+        // Thirteen columns: more than PyO3 converts as one tuple.
+        let columns = [
+            self.kinds.clone().into_pyobject(py)?.into_any(),
+            self.queues.clone().into_pyobject(py)?.into_any(),
+            self.args.clone().into_pyobject(py)?.into_any(),
+            self.priorities.clone().into_pyobject(py)?.into_any(),
+            self.max_attempts.clone().into_pyobject(py)?.into_any(),
+            self.max_crashes.clone().into_pyobject(py)?.into_any(),
+            self.run_at_us.clone().into_pyobject(py)?.into_any(),
+            tags.into_pyobject(py)?.into_any(),
+            self.metadata.clone().into_pyobject(py)?.into_any(),
+            unique_keys.into_any(),
+            self.unique_states.clone().into_pyobject(py)?.into_any(),
+            self.timeout_ms.clone().into_pyobject(py)?.into_any(),
+            self.deadline_us.clone().into_pyobject(py)?.into_any(),
+        ];
+        PyTuple::new(py, columns)
     }
 
     /// One dict per row, with the tags as given: for showing staged
@@ -288,6 +294,8 @@ impl InsertRows {
                     self.unique_keys[row].map(|key| PyBytes::new(py, &key)),
                 )?;
                 dict.set_item("unique_states", self.unique_states[row])?;
+                dict.set_item("timeout_ms", self.timeout_ms[row])?;
+                dict.set_item("deadline_us", self.deadline_us[row])?;
                 Ok(dict)
             })
             .collect()
@@ -389,13 +397,14 @@ impl InsertRows {
             }
         }
         let with_run_at = self.has_run_at();
+        let with_limits = self.has_limits();
         let mut out = String::with_capacity(self.kinds.len() * 96);
         for row in 0..self.kinds.len() {
             if let Some(ids) = &ids {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            self.copy_row(&mut out, row, now_us, with_run_at);
+            self.copy_row(&mut out, row, now_us, with_run_at, with_limits);
         }
         Ok(PyBytes::new(py, out.as_bytes()))
     }
@@ -420,6 +429,9 @@ impl InsertRows {
         ]);
         if self.has_run_at() {
             columns.push("run_at");
+        }
+        if self.has_limits() {
+            columns.extend(["timeout_ms", "deadline_at"]);
         }
         columns
     }
@@ -450,6 +462,8 @@ impl InsertRows {
         self.metadata.extend_from_slice(&other.metadata);
         self.unique_keys.extend_from_slice(&other.unique_keys);
         self.unique_states.extend_from_slice(&other.unique_states);
+        self.timeout_ms.extend_from_slice(&other.timeout_ms);
+        self.deadline_us.extend_from_slice(&other.deadline_us);
     }
 
     /// One row as a JSON array, in the order `json_rows` documents. Text was
@@ -503,6 +517,10 @@ impl InsertRows {
         }
         writer.comma();
         optional_json_int(writer, self.unique_states[row].map(i64::from));
+        writer.comma();
+        optional_json_int(writer, self.timeout_ms[row].map(i64::from));
+        writer.comma();
+        optional_json_int(writer, self.deadline_us[row]);
         writer.end_array();
     }
 
@@ -510,11 +528,23 @@ impl InsertRows {
         self.run_at_us.iter().any(Option::is_some)
     }
 
+    /// Whether any row has its own timeout or deadline (COPY then sends both).
+    fn has_limits(&self) -> bool {
+        self.timeout_ms.iter().any(Option::is_some) || self.deadline_us.iter().any(Option::is_some)
+    }
+
     fn is_available(&self, row: usize, now_us: i64) -> bool {
         self.run_at_us[row].is_none_or(|micros| micros <= now_us)
     }
 
-    fn copy_row(&self, out: &mut String, row: usize, now_us: i64, with_run_at: bool) {
+    fn copy_row(
+        &self,
+        out: &mut String,
+        row: usize,
+        now_us: i64,
+        with_run_at: bool,
+        with_limits: bool,
+    ) {
         let state = if self.is_available(row, now_us) {
             "available"
         } else {
@@ -547,8 +577,31 @@ impl InsertRows {
             let micros = self.run_at_us[row].unwrap_or(now_us);
             out.push_str(&payload::format_timestamp_us(micros));
         }
+        if with_limits {
+            out.push('\t');
+            match self.timeout_ms[row] {
+                Some(ms) => out.push_str(&ms.to_string()),
+                None => out.push_str(payload::COPY_NULL),
+            }
+            out.push('\t');
+            match self.deadline_us[row] {
+                Some(micros) => out.push_str(&payload::format_timestamp_us(micros)),
+                None => out.push_str(payload::COPY_NULL),
+            }
+        }
         out.push('\n');
     }
+}
+
+/// An optional integer argument, checked when given.
+fn optional_int<T>(
+    value: Option<&Bound<'_, PyAny>>,
+    field: &str,
+    check: impl Fn(i64) -> Result<T, Invalid>,
+) -> Result<Option<T>, Invalid> {
+    value
+        .map(|value| int_field(field, value).and_then(&check))
+        .transpose()
 }
 
 fn optional_json_int(writer: &mut JsonWriter, value: Option<i64>) {

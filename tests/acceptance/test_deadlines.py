@@ -5,6 +5,7 @@ maintenance rescues attempts past their deadline whose worker hung or died."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 
@@ -114,3 +115,71 @@ async def test_maintenance_rescues_an_attempt_past_its_deadline(client, conn, wo
     assert json.loads(row["errors"])[-1]["type"] == "AttemptTimeout"
     [note] = await conn.fetch("SELECT args FROM awa.jobs WHERE kind = 'note'")
     assert json.loads(note["args"]) == {"why": "deadline_exceeded"}
+
+
+async def test_a_jobs_own_timeout_overrides_its_tasks(client, conn):
+    @client.task(Render, timeout=30)
+    async def render(job):
+        await asyncio.sleep(5)
+
+    job = await client.insert(Render(pages=5), timeout=0.2, max_attempts=1)
+    await client.start([("default", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, job.id, "failed")
+    assert row["timeout_ms"] == 200
+    [entry] = json.loads(row["errors"])
+    assert entry["type"] == "AttemptTimeout" and entry["reason"] == "deadline_exceeded"
+
+
+async def test_a_job_past_its_deadline_never_runs_and_fails(client, conn):
+    recorder = Recorder()
+    client.on_event(Render, recorder)
+    ran: list[int] = []
+
+    @client.task(Render)
+    async def render(job):
+        ran.append(job.id)
+
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=0.3)
+    job = await client.insert(Render(pages=6), run_at=datetime.timedelta(seconds=5), deadline=soon)
+    await client.start([("default", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, job.id, "failed")
+    assert ran == [] and row["failure_reason"] == "deadline_exceeded"
+    [letter] = await client.list_dlq(reason="deadline_exceeded")
+    assert letter.job.id == job.id
+    [rescued] = await recorder.wait_for(events.Rescued)
+    assert rescued.reason is events.RescueReason.DeadlineExceeded
+
+
+async def test_the_deadline_also_ends_a_running_attempt(client, conn):
+    @client.task(Render)
+    async def render(job):
+        await asyncio.sleep(30)
+
+    job = await client.insert(
+        Render(pages=7), deadline=datetime.timedelta(seconds=0.5), max_attempts=5
+    )
+    await client.start([("default", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, job.id, "failed", timeout=30)
+    types = [entry["type"] for entry in json.loads(row["errors"])]
+    assert types[0] == "AttemptTimeout" and row["failure_reason"] == "deadline_exceeded"
+
+
+async def test_bulk_paths_carry_timeouts_and_deadlines(client, conn):
+    deadline = datetime.datetime(2031, 1, 1, tzinfo=datetime.UTC)
+    copied = await client.insert_many_copy(
+        [Render(pages=1), Render(pages=2)], opts=[{"timeout": 2.5}, {"deadline": deadline}]
+    )
+    many = await client.insert_many([Render(pages=3)], timeout=datetime.timedelta(seconds=4))
+    rows = await conn.fetch(
+        "SELECT timeout_ms, deadline_at FROM awa.jobs WHERE id = ANY ($1) ORDER BY id",
+        [*(job.id for job in copied), many[0].id],
+    )
+    assert [(r["timeout_ms"], r["deadline_at"]) for r in rows] == [
+        (2500, None),
+        (None, deadline),
+        (4000, None),
+    ]
+    with pytest.raises(awa.ValidationError, match="timeout"):
+        await client.insert(Render(pages=4), timeout=-1)
+    with pytest.raises(awa.ValidationError, match="deadline"):
+        await client.insert(Render(pages=4), deadline=datetime.datetime(2031, 1, 1))

@@ -363,3 +363,14 @@ async def test_claim_sets_the_deadline_from_the_kind_else_the_queue_timeout(conn
     await conn.execute("UPDATE awa.jobs SET state = 'available'")
     again = await claim(conn, ["q"], [2], worker)
     assert [row[20] for row in again] == [None, None]
+
+
+async def test_insert_follow_ups_keeps_each_rows_timeout_and_deadline(conn):
+    from awa import _core
+
+    rows = _core.InsertRows(1)
+    rows.add({}, "t", "q", 2, 25, None, None, None, None, timeout_ms=750, deadline_us=10**15)
+    await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    row = await conn.fetchrow("SELECT timeout_ms, deadline_at FROM awa.jobs WHERE kind = 't'")
+    assert row["timeout_ms"] == 750
+    assert row["deadline_at"].timestamp() == 10**9

@@ -336,7 +336,26 @@ def test_columns_hold_one_list_per_field() -> None:
         [None, '{"trace":"t1"}'],
         [None, None],
         [None, None],
+        [None, None],
+        [None, None],
     )
+
+
+def test_timeouts_and_deadlines_are_checked_and_kept() -> None:
+    rows = _core.InsertRows(2)
+    rows.add({}, "k", "q", 2, 25, None, None, None, None, timeout_ms=1500, deadline_us=7)
+    rows.add({}, "k", "q", 2, 25, None, None, None, None)
+    assert rows.columns()[11:] == ([1500, None], [7, None])
+    assert '"k","q",{},2,25,null,null,null,null,null,null,1500,7]' in rows.json_rows()
+    assert rows.copy_columns()[-2:] == ["timeout_ms", "deadline_at"]
+    for field, kwargs in [
+        ("timeout", {"timeout_ms": 0}),
+        ("timeout", {"timeout_ms": 2**31}),
+        ("deadline", {"deadline_us": 2**62}),
+    ]:
+        with pytest.raises(awa.ValidationError) as raised:
+            rows.add({}, "k", "q", 2, 25, None, None, None, None, **kwargs)
+        assert raised.value.field == field
 
 
 def test_empty_tags_and_empty_metadata_are_stored_as_null() -> None:

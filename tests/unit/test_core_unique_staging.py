@@ -120,7 +120,7 @@ def test_a_key_ignores_everything_but_kind_queue_args_and_period() -> None:
 def test_rows_without_unique_options_have_no_key() -> None:
     rows = _core.InsertRows()
     rows.add(**job())
-    assert rows.columns()[9:] == ([None], [None])
+    assert rows.columns()[9:11] == ([None], [None])
     assert not rows.has_unique()
 
 
@@ -354,6 +354,8 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "metadata": None,
         "unique_key": None,
         "unique_states": None,
+        "timeout_ms": None,
+        "deadline_us": None,
     }
     assert full == {
         "kind": "resize",
@@ -367,4 +369,6 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "metadata": '{"trace":"t1"}',
         "unique_key": rows.columns()[9][1],
         "unique_states": 3,
+        "timeout_ms": None,
+        "deadline_us": None,
     }

@@ -120,6 +120,7 @@ class Rescuer:
                 break
         await self._db.execute("workers_delete_stale", self._staleness_s)
         rescued += await self._expire_callbacks()
+        rescued += await self._expire_deadlines()
         self.rescued += rescued
         return rescued
 
@@ -130,6 +131,24 @@ class Rescuer:
             "jobs_callbacks_expired", (), "waiting_external",
             CALLBACK_TIMEOUT_ERROR, CALLBACK_TIMEOUT_REASON, RescueReason.CallbackTimeout,
         )  # fmt: skip
+
+    async def _expire_deadlines(self) -> int:
+        """Unfinished jobs past their overall deadline: failed for good."""
+        expired = 0
+        while True:
+            changed = await self._db.fetch("jobs_deadlines_passed", RESCUE_BATCH_SIZE)
+            expired += len(changed)
+            if changed:
+                log.warning(
+                    "%d jobs failed: their deadline passed (%s)",
+                    len(changed),
+                    ", ".join(str(row["id"]) for row in changed[:10]),
+                )
+            observed = [row["id"] for row in changed if self._observes(row["kind"])]
+            if observed:
+                await self._after_rescue(observed, RescueReason.DeadlineExceeded)
+            if len(changed) < RESCUE_BATCH_SIZE:
+                return expired
 
     async def _expire_attempts(self) -> int:
         """Running attempts past their deadline whose worker did not cancel

@@ -64,6 +64,8 @@ CREATE TABLE awa.jobs (
     callback_config jsonb,
     attempt_deadline_at timestamptz,
     failure_reason text,
+    timeout_ms   integer,
+    deadline_at  timestamptz,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -75,7 +77,8 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
         'max_attempts_exhausted', 'terminal_error', 'callback_timeout',
-        'deadline_exceeded', 'crash_loop'))
+        'deadline_exceeded', 'crash_loop')),
+    CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0)
 ) WITH (fillfactor = 70);  -- room for each row's next versions on its own page
 
 -- Claims: the next available jobs of a queue, most urgent first.
@@ -107,6 +110,11 @@ CREATE INDEX jobs_callback_timeout_idx ON awa.jobs (callback_timeout_at)
 -- one enter it.
 CREATE INDEX jobs_attempt_deadline_idx ON awa.jobs (attempt_deadline_at)
     WHERE state = 'running' AND attempt_deadline_at IS NOT NULL;
+
+-- Maintenance finds unfinished jobs past their deadline.
+CREATE INDEX jobs_deadline_idx ON awa.jobs (deadline_at)
+    WHERE deadline_at IS NOT NULL
+      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external');
 
 -- The dead-letter queue: failed jobs, newest first.
 CREATE INDEX jobs_dead_letter_idx ON awa.jobs (finalized_at)

@@ -13,11 +13,13 @@ WITH input AS (
     SELECT coalesce(timestamptz 'epoch' + $8::bigint * interval '1 microsecond', now()) AS run_at
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata, unique_key, unique_states)
+                          run_at, tags, metadata, unique_key, unique_states,
+                          timeout_ms, deadline_at)
     SELECT $1, $2, $3::jsonb,
            CASE WHEN input.run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb, $10::bytea, $11::smallint
+           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb, $10::bytea, $11::smallint,
+           $12::integer, timestamptz 'epoch' + $13::bigint * interval '1 microsecond'
     FROM input
     ON CONFLICT DO NOTHING
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
@@ -34,21 +36,24 @@ SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
 -- already held are skipped (the first insert wins).
 WITH input AS (
     SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
-           u.tags, u.metadata, u.unique_key, u.unique_states,
-           coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at
+           u.tags, u.metadata, u.unique_key, u.unique_states, u.timeout_ms,
+           coalesce(timestamptz 'epoch' + u.run_at_us * interval '1 microsecond', now()) AS run_at,
+           timestamptz 'epoch' + u.deadline_us * interval '1 microsecond' AS deadline_at
     FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
                 $6::smallint[], $7::bigint[], $8::text[], $9::jsonb[], $10::bytea[],
-                $11::smallint[])
+                $11::smallint[], $12::integer[], $13::bigint[])
          WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
-                              run_at_us, tags, metadata, unique_key, unique_states, ord)
+                              run_at_us, tags, metadata, unique_key, unique_states,
+                              timeout_ms, deadline_us, ord)
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata, unique_key, unique_states)
+                          run_at, tags, metadata, unique_key, unique_states,
+                          timeout_ms, deadline_at)
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, run_at, tags::text[], metadata,
-           unique_key, unique_states
+           unique_key, unique_states, timeout_ms, deadline_at
     FROM input
     ORDER BY ord
     ON CONFLICT DO NOTHING
@@ -87,29 +92,32 @@ WITH input AS (
                 THEN ARRAY(SELECT jsonb_array_elements_text(e.r -> 7)) END AS tags,
            nullif(e.r -> 8, 'null'::jsonb) AS metadata,
            decode(e.r ->> 9, 'hex') AS unique_key,
-           (e.r ->> 10)::smallint AS unique_states
+           (e.r ->> 10)::smallint AS unique_states,
+           (e.r ->> 11)::integer AS timeout_ms,
+           timestamptz 'epoch' + (e.r ->> 12)::bigint * interval '1 microsecond' AS deadline_at
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(r, ord)
 ), plain AS (
     -- Rows without a key cannot conflict: a plain insert, cheaper than the
     -- speculative one ON CONFLICT needs.
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata)
+                          run_at, tags, metadata, timeout_ms, deadline_at)
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags, metadata
+           priority, max_attempts, max_crashes, run_at, tags, metadata, timeout_ms, deadline_at
     FROM input
     WHERE unique_key IS NULL
     ORDER BY ord
     RETURNING queue, state
 ), keyed AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata, unique_key, unique_states)
+                          run_at, tags, metadata, unique_key, unique_states,
+                          timeout_ms, deadline_at)
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, run_at, tags, metadata,
-           unique_key, unique_states
+           unique_key, unique_states, timeout_ms, deadline_at
     FROM input
     WHERE unique_key IS NOT NULL
     ORDER BY unique_key, ord
@@ -198,6 +206,7 @@ WITH wanted AS (
     CROSS JOIN LATERAL (
         SELECT id FROM awa.jobs
         WHERE state = 'available' AND queue = wanted.name
+          AND (deadline_at IS NULL OR deadline_at > now())  -- maintenance fails the rest
         ORDER BY priority, run_at, id
         LIMIT wanted.count
         FOR UPDATE SKIP LOCKED
@@ -209,10 +218,15 @@ SET state = 'running',
     run_lease = jobs.run_lease + 1,
     attempted_at = now(),
     worker_id = $3,
-    attempt_deadline_at = now() + coalesce(
-        (SELECT timeout_s FROM kind_timeouts WHERE kind_timeouts.kind = jobs.kind),
-        (SELECT timeout_s FROM wanted WHERE wanted.name = jobs.queue)
-    ) * interval '1 second'
+    -- The job's own timeout, else its kind's, else its queue's; never past
+    -- the job's overall deadline (least ignores NULLs).
+    attempt_deadline_at = least(
+        now() + coalesce(
+            jobs.timeout_ms / 1000.0,
+            (SELECT timeout_s FROM kind_timeouts WHERE kind_timeouts.kind = jobs.kind),
+            (SELECT timeout_s FROM wanted WHERE wanted.name = jobs.queue)
+        ) * interval '1 second',
+        jobs.deadline_at)
 WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
@@ -481,6 +495,35 @@ FROM awa.jobs
 WHERE state = 'waiting_external' AND callback_timeout_at <= now()
 ORDER BY callback_timeout_at
 LIMIT $1;
+
+-- name: jobs_deadlines_passed
+-- Unfinished jobs not running whose overall deadline has passed: they
+-- fail with deadline_exceeded (no retry: the deadline is the job's).
+WITH expired AS (
+    SELECT id, attempt FROM awa.jobs
+    WHERE deadline_at <= now()
+      AND deadline_at IS NOT NULL
+      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
+    ORDER BY deadline_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), failed AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'failed', finalized_at = now(), worker_id = NULL,
+        callback_id = NULL, callback_timeout_at = NULL, callback_config = NULL,
+        failure_reason = 'deadline_exceeded',
+        errors = coalesce(jobs.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'attempt', expired.attempt, 'type', 'DeadlineExceeded',
+            'message', 'the job''s deadline passed before it could finish',
+            'outcome', 'failed', 'reason', 'deadline_exceeded', 'at', now()))
+    FROM expired
+    WHERE jobs.id = expired.id
+    RETURNING jobs.id, jobs.kind
+), told AS (
+    -- A handler waiting in place learns it lost the job.
+    SELECT pg_notify('awa_control', 'lost:' || id) FROM failed
+)
+SELECT failed.*, (SELECT count(*) FROM told) AS told FROM failed;
 
 -- name: jobs_attempts_expired
 -- Running attempts more than $1 seconds past their deadline: their worker
