@@ -8,7 +8,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import asyncpg
 
@@ -21,6 +21,7 @@ from awa.inserts import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_CRASHES,
     DEFAULT_PRIORITY,
+    QUEUE_DEFAULT,
     UniqueOpts,
     add_job,
     check_option_names,
@@ -130,6 +131,13 @@ class AsyncClient:
             return handler
 
         return register
+
+    def set_queue_defaults(self, queue: str, *, max_crashes: int | None) -> None:
+        """What jobs inserted into ``queue`` get when the insert does not say:
+        ``max_crashes``, the worker crashes a job survives before it fails
+        with ``crash_loop`` (``None``: unbounded). Applies to inserts made
+        through this client (follow-ups included), from now on."""
+        self._registry.set_queue_max_crashes(queue, max_crashes)
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -348,7 +356,7 @@ class AsyncClient:
         queue: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | None = DEFAULT_MAX_CRASHES,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -431,7 +439,7 @@ class AsyncClient:
         queue: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | None = DEFAULT_MAX_CRASHES,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -479,7 +487,7 @@ class AsyncClient:
         queue: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | None = DEFAULT_MAX_CRASHES,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -530,7 +538,7 @@ class AsyncClient:
         queue: str | None = None,
         priority: int = DEFAULT_PRIORITY,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | None = DEFAULT_MAX_CRASHES,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
         run_at: datetime.datetime | datetime.timedelta | None = None,
         tags: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from awa.errors import ValidationError
 from awa.job import JobState
@@ -26,6 +26,9 @@ DEFAULT_MAX_ATTEMPTS: Final = 25
 #: Crashes (worker died mid-attempt) a job survives before it fails with
 #: ``crash_loop``. ``None`` means unbounded.
 DEFAULT_MAX_CRASHES: Final = 5
+#: ``max_crashes`` left to the queue: the client's ``set_queue_defaults``
+#: for the job's queue, else :data:`DEFAULT_MAX_CRASHES`.
+QUEUE_DEFAULT: Final = "queue_default"
 
 #: Every keyword an insert accepts besides the arguments themselves.
 INSERT_OPTIONS: Final = frozenset(
@@ -123,7 +126,7 @@ def add_job(
     queue: str | None = None,
     priority: int = DEFAULT_PRIORITY,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    max_crashes: int | None = DEFAULT_MAX_CRASHES,
+    max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
     run_at: datetime.datetime | datetime.timedelta | None = None,
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -134,6 +137,8 @@ def add_job(
 ) -> None:
     """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`)."""
     kind, queue = registry.resolve(args, kind, queue)
+    if max_crashes == QUEUE_DEFAULT:
+        max_crashes = registry.queue_max_crashes.get(queue, DEFAULT_MAX_CRASHES)
     limits = {}
     if timeout is not None:
         limits["timeout_ms"] = timeout_ms(timeout)

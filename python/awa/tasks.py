@@ -61,6 +61,8 @@ class Registry:
 
     def __init__(self) -> None:
         self.by_kind: dict[str, Task] = {}
+        #: Queue defaults for ``max_crashes`` (``AsyncClient.set_queue_defaults``).
+        self.queue_max_crashes: dict[str, int | None] = {}
         self._by_type: dict[Any, Task | None] = {}
 
     def register(
@@ -124,6 +126,16 @@ class Registry:
     def for_args(self, args: Any) -> Task | None:
         """The task whose argument type ``args`` is an instance of, if exactly one."""
         return self._by_type.get(type(args))
+
+    def set_queue_max_crashes(self, queue: str, max_crashes: int | None) -> None:
+        _check_name("queue", queue)
+        if max_crashes is not None and (
+            isinstance(max_crashes, bool) or not isinstance(max_crashes, int) or max_crashes < 0
+        ):
+            raise ConfigurationError(
+                f"max_crashes must be an integer >= 0 or None (got {max_crashes!r})"
+            )
+        self.queue_max_crashes[queue] = max_crashes
 
     def resolve(self, args: Any, kind: str | None, queue: str | None) -> tuple[str, str]:
         """The kind and queue an insert uses: explicit values first, then the

@@ -275,3 +275,16 @@ async def test_a_pool_too_small_for_a_worker_is_explained(database_url):
 def test_a_url_and_a_pool_together_are_refused():
     with pytest.raises(awa.ConfigurationError):
         awa.AsyncClient("postgresql://x", pool=object())  # type: ignore[arg-type]
+
+
+async def test_max_crashes_defaults_to_the_queues_then_to_five(client):
+    client.set_queue_defaults("risky", max_crashes=1)
+    client.set_queue_defaults("patient", max_crashes=None)
+    risky = await client.insert({}, kind="k", queue="risky")
+    patient = await client.insert({}, kind="k", queue="patient")
+    plain = await client.insert({}, kind="k", queue="other")
+    explicit = await client.insert({}, kind="k", queue="risky", max_crashes=3)
+    [copied] = await client.insert_many_copy([{}], kind="k", queue="risky")
+    assert [j.max_crashes for j in (risky, patient, plain, explicit, copied)] == [1, None, 5, 3, 1]
+    with pytest.raises(awa.ConfigurationError, match="max_crashes"):
+        client.set_queue_defaults("risky", max_crashes=-1)
