@@ -10,6 +10,8 @@ to disk, so the test knows what each attempt saw. Then, by MODE:
                  ``RUNS.crashed``, remembers it across processes), then
                  complete normally
 ``once-then-raise``  as ``once``, but raise ``ValueError`` after the crash
+``stubborn``     the task has a 0.3 s timeout and the handler ignores the
+                 cancellation it brings, running on (a hung attempt)
 
 The process prints ``started`` once its worker runs and stops on SIGTERM.
 """
@@ -50,9 +52,15 @@ async def main(url: str, queue: str, kind: str, mode: str, runs_path: str) -> No
     marker = runs.with_name(runs.name + ".crashed")
     client = awa.AsyncClient(url)
 
-    @client.task(dict, kind=kind, queue=queue)
+    @client.task(dict, kind=kind, queue=queue, timeout=0.3 if mode == "stubborn" else None)
     async def handler(job: awa.Job[dict]) -> None:
         record(runs, job)
+        if mode == "stubborn":
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    runs.with_name(runs.name + ".ignored").touch()
         if mode == "always":
             crash()
         if not marker.exists():

@@ -27,7 +27,7 @@ import pytest
 import awa
 from awa import events
 from tests.acceptance.test_hooks import Recorder
-from tests.support import FAST_WORKER, eventually, wait_for_state
+from tests.support import FAST_WORKER, eventually, job_row, wait_for_state
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND = "kills_its_worker"
@@ -239,3 +239,41 @@ async def test_a_crash_does_not_spend_the_failure_budget(client, conn, database_
         (survivor.pid, 3, 1),
     ]
     assert len(recorder.of(events.Rescued)) == 1
+
+
+async def test_a_killed_worker_whose_attempt_was_past_its_deadline_is_rescued_as_timed_out(
+    client, conn, database_url, tmp_path
+):
+    """The victim's handler ignores the cancellation its 0.3 s timeout brings
+    and runs on; the victim is then killed. Its attempt was past its deadline
+    before its heartbeats stopped, so maintenance rescues it as timed out
+    (a failed attempt), not as a crash."""
+    recorder = Recorder()
+    client.on_event_kind(KIND, recorder)
+    client.task(dict, kind="idle", queue="elsewhere")(lambda job: None)
+    # Heartbeats count as stale after 3 s, and an attempt deadline gets the
+    # same 3 s of grace.
+    await client.start([("elsewhere", 1)], **{**FAST_WORKER, "heartbeat_staleness": 3.0})
+    job = await client.insert({}, kind=KIND, queue=QUEUE, max_attempts=3)
+    runs = tmp_path / "runs.jsonl"
+    ignored = runs.with_name(runs.name + ".ignored")
+    victim = await spawn(database_url, "stubborn", runs)
+    try:
+        await eventually(lambda: _exists(ignored), timeout=WAIT)  # past its deadline, running on
+        # It keeps heartbeating a while longer (hung, not dead), then dies:
+        # its heartbeats go stale a second after its deadline's grace ends.
+        await asyncio.sleep(1.0)
+        victim.kill()
+        await victim.wait()
+        [rescued] = await recorder.wait_for(events.Rescued)
+    finally:
+        await reap([victim])
+    assert rescued.reason is events.RescueReason.DeadlineExceeded
+    row = await job_row(conn, job.id)
+    assert row["state"] == "retryable" and row["crashes"] == 0
+    entry = json.loads(row["errors"])[-1]
+    assert entry["type"] == "AttemptTimeout" and entry["attempt"] == 1
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()  # noqa: ASYNC240 - a marker file, checked while polling
