@@ -263,15 +263,16 @@ async def test_rescue_counts_a_crash_and_is_guarded(conn):
     rows = sorted(await claim(conn, ["q"], [2], worker), key=lambda r: r["id"])
     ids = [row["id"] for row in rows]
     leases = [rows[0]["run_lease"], rows[1]["run_lease"] - 1]  # second is stale
-    status = await conn.execute(
+    rescued = await conn.fetch(
         Q("jobs_rescue"),
         ids,
         leases,
         ["retryable", "retryable"],
         [0.0, 0.0],
         ['{"type": "WorkerCrash", "message": "m", "attempt": 1}'] * 2,
+        "crash",
     )
-    assert status == "UPDATE 1"
+    assert [row["id"] for row in rescued] == [ids[0]]
     first = await conn.fetchrow(
         "SELECT state::text, crashes, errors, worker_id FROM awa.jobs WHERE id = $1", ids[0]
     )
@@ -374,3 +375,26 @@ async def test_insert_follow_ups_keeps_each_rows_timeout_and_deadline(conn):
     row = await conn.fetchrow("SELECT timeout_ms, deadline_at FROM awa.jobs WHERE kind = 't'")
     assert row["timeout_ms"] == 750
     assert row["deadline_at"].timestamp() == 10**9
+
+
+async def test_deadline_rescues_count_no_crash_and_need_the_deadline_passed(conn):
+    worker = await register_worker(conn)
+    await insert_available(conn, 2)
+    rows = sorted(await claim(conn, ["q"], [2], worker), key=lambda r: r["id"])
+    ids = [row["id"] for row in rows]
+    await conn.execute(
+        "UPDATE awa.jobs SET attempt_deadline_at = now() - interval '1 second' WHERE id = $1",
+        ids[0],
+    )  # the second has no deadline: nothing to rescue it for
+    rescued = await conn.fetch(
+        Q("jobs_rescue"),
+        ids,
+        [row["run_lease"] for row in rows],
+        ["retryable", "retryable"],
+        [0.0, 0.0],
+        ['{"type": "AttemptTimeout", "message": "m", "attempt": 1}'] * 2,
+        "attempt_deadline",
+    )
+    assert [row["id"] for row in rescued] == [ids[0]]
+    first = await conn.fetchrow("SELECT crashes, state::text FROM awa.jobs WHERE id = $1", ids[0])
+    assert (first["crashes"], first["state"]) == (0, "retryable")

@@ -107,7 +107,9 @@ class Rescuer:
                 CRASH_REASON,
                 random.getrandbits(64),
             )
-            changed = await self._db.fetch("jobs_rescue", ids, leases, states, delays, errors)
+            changed = await self._db.fetch(
+                "jobs_rescue", ids, leases, states, delays, errors, "crash"
+            )
             count = len(changed)
             rescued += count
             log.warning("rescued %d orphaned jobs (%s)", count, ", ".join(map(str, ids[:10])))
@@ -128,7 +130,7 @@ class Rescuer:
         """Parked jobs past their callback deadline: retryable while attempts
         remain (the wait counts as a failed attempt), else failed."""
         return await self._expire(
-            "jobs_callbacks_expired", (), "waiting_external",
+            "jobs_callbacks_expired", (), "callback_deadline",
             CALLBACK_TIMEOUT_ERROR, CALLBACK_TIMEOUT_REASON, RescueReason.CallbackTimeout,
         )  # fmt: skip
 
@@ -154,7 +156,7 @@ class Rescuer:
         """Running attempts past their deadline whose worker did not cancel
         them (it hung or died): a timed-out attempt, as if it had."""
         return await self._expire(
-            "jobs_attempts_expired", (self._staleness_s,), "running",
+            "jobs_attempts_expired", (self._staleness_s,), "attempt_deadline",
             ATTEMPT_TIMEOUT_ERROR, ATTEMPT_TIMEOUT_REASON, RescueReason.DeadlineExceeded,
         )  # fmt: skip
 
@@ -162,7 +164,7 @@ class Rescuer:
         self,
         query: str,
         query_args: tuple[Any, ...],
-        state: str,
+        why: str,
         error_type: str,
         message: str,
         reason: RescueReason,
@@ -180,9 +182,7 @@ class Rescuer:
                     row["crashes"], error_type, message, None, now,
                 )  # fmt: skip
             ids, leases, states, delays, _refunds, errors = decisions.take()
-            changed = await self._db.fetch(
-                "jobs_expire", ids, leases, states, delays, errors, state
-            )
+            changed = await self._db.fetch("jobs_rescue", ids, leases, states, delays, errors, why)
             expired += len(changed)
             if changed:
                 log.warning(

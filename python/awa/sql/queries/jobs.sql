@@ -534,17 +534,20 @@ WHERE state = 'running' AND attempt_deadline_at < now() - $1::float8 * interval 
 ORDER BY attempt_deadline_at
 LIMIT $2;
 
--- name: jobs_expire
--- Applies the decisions for expired deadlines (the completion batch's
--- column shape): retryable after a backoff while attempts remain, else
--- failed, with an error entry. $6 says which deadline: 'waiting_external'
--- (the callback's) or 'running' (the attempt's). Guarded by (id, run_lease,
--- still in that state, still past that deadline), so a job resolved,
--- finished or extended meanwhile is left alone. A callback dies with its
--- attempt either way.
+-- name: jobs_rescue
+-- Applies maintenance's decisions for attempts it takes back (the
+-- completion batch's column shape): retryable after a backoff, or failed,
+-- with an error entry. $6 says why: 'crash' (the worker stopped
+-- heartbeating; one more crash, counted apart from failures),
+-- 'attempt_deadline' or 'callback_deadline' (a failed attempt). Guarded by
+-- (id, run_lease, still running, or still parked for a callback deadline,
+-- and still past that deadline), so a job finished, resolved or extended
+-- meanwhile is left alone. The attempt's callback dies with it: resolving
+-- it later raises CallbackNotFound instead of touching the next attempt.
 WITH expired AS (
     UPDATE awa.jobs AS jobs
     SET state = expiry.state::awa.job_state,
+        crashes = jobs.crashes + CASE WHEN $6::text = 'crash' THEN 1 ELSE 0 END,
         run_at = CASE WHEN expiry.delay_s IS NULL THEN jobs.run_at
                       ELSE now() + expiry.delay_s * interval '1 second' END,
         finalized_at = CASE WHEN expiry.state = 'failed' THEN now() END,
@@ -561,9 +564,13 @@ WITH expired AS (
          AS expiry(id, run_lease, state, delay_s, error)
     WHERE jobs.id = expiry.id
       AND jobs.run_lease = expiry.run_lease
-      AND jobs.state::text = $6::text
-      AND CASE WHEN $6::text = 'running' THEN jobs.attempt_deadline_at
-               ELSE jobs.callback_timeout_at END <= now()
+      AND jobs.state::text = CASE WHEN $6::text = 'callback_deadline'
+                                  THEN 'waiting_external' ELSE 'running' END
+      AND CASE $6::text
+              WHEN 'attempt_deadline' THEN jobs.attempt_deadline_at <= now()
+              WHEN 'callback_deadline' THEN jobs.callback_timeout_at <= now()
+              ELSE true
+          END
     RETURNING jobs.id, jobs.kind
 ), told AS (
     -- A handler still running (or waiting in place) learns it lost the job.
@@ -778,32 +785,6 @@ WHERE jobs.state = 'running'
   )
 ORDER BY jobs.id
 LIMIT $2;
-
--- name: jobs_rescue
--- Applies rescue decisions to orphaned attempts: one more crash, then
--- retryable after a delay or failed. Guarded by (id, run_lease, running).
-UPDATE awa.jobs AS jobs
-SET state = rescue.state::awa.job_state,
-    crashes = jobs.crashes + 1,
-    run_at = CASE WHEN rescue.delay_s IS NULL THEN jobs.run_at
-                  ELSE now() + rescue.delay_s * interval '1 second' END,
-    finalized_at = CASE WHEN rescue.state = 'failed' THEN now() END,
-    worker_id = NULL,
-    -- The rescued attempt's callback dies with it: resolving it now raises
-    -- CallbackNotFound instead of touching the next attempt.
-    callback_id = NULL,
-    callback_timeout_at = NULL,
-    callback_config = NULL,
-    errors = coalesce(jobs.errors, '[]'::jsonb)
-             || jsonb_build_array(rescue.error || jsonb_build_object(
-                    'at', now(), 'started_at', jobs.attempted_at, 'worker_id', jobs.worker_id)),
-    failure_reason = CASE WHEN rescue.state = 'failed' THEN rescue.error ->> 'reason' END
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
-     AS rescue(id, run_lease, state, delay_s, error)
-WHERE jobs.id = rescue.id
-  AND jobs.run_lease = rescue.run_lease
-  AND jobs.state::text = 'running'  -- as text: see jobs_finish_batch
-RETURNING jobs.id, jobs.kind;
 
 -- name: jobs_summary_by_tag
 -- Jobs carrying a tag, counted by kind and state (the demo's summary).
