@@ -260,9 +260,10 @@ async def test_a_killed_worker_whose_attempt_was_past_its_deadline_is_rescued_as
     victim = await spawn(database_url, "stubborn", runs)
     try:
         await eventually(lambda: _exists(ignored), timeout=WAIT)  # past its deadline, running on
-        # It keeps heartbeating a while longer (hung, not dead), then dies:
-        # its heartbeats go stale a second after its deadline's grace ends.
-        await asyncio.sleep(1.0)
+        # It keeps heartbeating (hung, not dead) until a heartbeat a second
+        # past its attempt's deadline, then dies: its heartbeats go stale a
+        # second after the deadline's grace ends.
+        await eventually(lambda: _heartbeat_past_deadline(conn, job.id), timeout=WAIT)
         victim.kill()
         await victim.wait()
         [rescued] = await recorder.wait_for(events.Rescued)
@@ -277,3 +278,11 @@ async def test_a_killed_worker_whose_attempt_was_past_its_deadline_is_rescued_as
 
 async def _exists(path: Path) -> bool:
     return path.exists()  # noqa: ASYNC240 - a marker file, checked while polling
+
+
+async def _heartbeat_past_deadline(conn, job_id: int) -> bool:
+    return await conn.fetchval(
+        "SELECT w.heartbeat_at > j.attempt_deadline_at + interval '1 second' "
+        "FROM awa.jobs AS j JOIN awa.workers AS w ON w.id = j.worker_id WHERE j.id = $1",
+        job_id,
+    )

@@ -3,7 +3,6 @@ hold its jobs at claim, operators see why, and releasing it lets them run."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -43,7 +42,9 @@ async def test_a_crash_looping_fingerprint_is_held_until_released(client, conn):
         await eventually(lambda job=job: _parked(conn, job.id))
         row = await job_row(conn, job.id)
         assert row["crashes"] == 1 and row["attempt"] == 1
-    await asyncio.sleep(0.5)  # several polls: nothing runs them
+    # Several more claims go by and nothing runs them.
+    claims = client.worker.producer.claims
+    await eventually(lambda: _claimed_since(client, claims + 3))
     assert {(await job_row(conn, job.id))["state"] for job in poison} == {"scheduled"}
 
     assert await client.release_quarantine(held.fingerprint) is True
@@ -88,6 +89,10 @@ async def test_fingerprints_ignore_key_order_and_release_checks_its_input(client
     assert fingerprint("k", args_text) == in_sql
     with pytest.raises(awa.ValidationError, match="fingerprint"):
         await client.release_quarantine("not hex")
+
+
+async def _claimed_since(client, count: int) -> bool:
+    return client.worker.producer.claims >= count
 
 
 async def _parked(conn, job_id: int) -> bool:
