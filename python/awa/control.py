@@ -83,10 +83,10 @@ class JobControl:
         except ValueError:
             log.warning("ignoring a malformed %s message %r", CHANNEL, payload)
             return
-        if verb == "cancel":
-            self._cancelled.add(job_id)
-            if self.on_cancel is not None:
-                self.on_cancel(job_id)
+        if verb == "cancel" and self.on_cancel is not None:
+            # Every worker hears every cancellation; the executor keeps only
+            # those of jobs it runs (mark_cancelled), so nothing piles up.
+            self.on_cancel(job_id)
         watcher = self._watchers.get(job_id)
         if watcher is not None:
             watcher.set()
@@ -106,6 +106,9 @@ class JobControl:
                 log.warning("reloading quarantined fingerprints failed (%s)", error)
             await _wait(self.reload_held, QUARANTINE_RELOAD_S)
             self.reload_held.clear()
+
+    def mark_cancelled(self, job_id: int) -> None:
+        self._cancelled.add(job_id)
 
     def is_cancelled(self, job_id: int) -> bool:
         return job_id in self._cancelled

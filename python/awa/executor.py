@@ -128,7 +128,11 @@ class Executor:
         interrupted (its attempt then records nothing: the job is already
         cancelled)."""
         task = self._running.get(job_id)
-        if task is not None and job_id in self._interruptible:
+        if task is None:
+            return  # not running here
+        if self._control is not None:
+            self._control.mark_cancelled(job_id)
+        if job_id in self._interruptible:
             self._cancelled_on_request.add(job_id)
             task.cancel("the job was cancelled on request")
 
