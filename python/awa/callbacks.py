@@ -28,6 +28,7 @@ from typing import Any
 
 from awa import _core
 from awa.callback_policy import Resolution, decide, default_action
+from awa.config import positive_seconds
 from awa.db import Database
 from awa.errors import CallbackNotFound, CallbackNotResumable, FollowUpError, ValidationError
 from awa.followups import FollowUpFailed
@@ -85,25 +86,12 @@ async def resume(db: Database, callback_id: uuid.UUID | str, payload: Any) -> Jo
 
 async def heartbeat(db: Database, callback_id: uuid.UUID | str, timeout_seconds: float) -> Job[Any]:
     callback = callback_uuid(callback_id)
-    seconds = timeout_seconds_value(timeout_seconds)
+    seconds = positive_seconds(timeout_seconds, "timeout_seconds")
     await db.require_schema()
     row = await db.fetchrow("jobs_heartbeat_callback", callback, seconds)
     if row is None:
         raise CallbackNotFound(callback)
     return Job.from_row(row)
-
-
-def timeout_seconds_value(value: Any) -> float:
-    """A callback deadline in seconds: a positive, finite number."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value < float("inf")
-    ):
-        raise ValidationError(
-            f"timeout_seconds: must be a positive number (got {value!r})", "timeout_seconds"
-        )
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from awa.errors import ConfigurationError
+from awa.errors import ConfigurationError, ValidationError
 
 DEFAULT_MAX_WORKERS = 10
 # Settings for which 0 means something (flush at once, keep nothing).
@@ -174,14 +174,24 @@ def _require_positive_seconds(name: str, value: Any, *, allow_zero: bool) -> Non
 
 
 def timeout_seconds(value: Any, name: str) -> float | None:
-    """An attempt timeout as seconds (``None`` stays ``None``): a positive,
-    finite number or ``timedelta``."""
-    if value is None:
-        return None
+    """An attempt timeout setting as seconds (``None`` stays ``None``)."""
+    return None if value is None else positive_seconds(value, name, ConfigurationError)
+
+
+def positive_seconds(
+    value: Any, field: str, error: type[ConfigurationError | ValidationError] = ValidationError
+) -> float:
+    """A duration given as a positive, finite number of seconds or a
+    ``timedelta``; every timeout and deadline length awa takes goes through
+    here. Raises ``error`` naming ``field``."""
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{name} must be seconds or a timedelta (got {value!r})")
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be > 0 seconds (got {value!r})")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        message = f"{field}: must be a positive number of seconds or a timedelta (got {value!r})"
+        raise ValidationError(message, field) if error is ValidationError else error(message)
     return float(value)

@@ -9,12 +9,12 @@ to the database.
 from __future__ import annotations
 
 import datetime
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from awa.config import positive_seconds
 from awa.errors import ValidationError
 from awa.job import JobState
 
@@ -254,10 +254,4 @@ def _states_mask(states: Iterable[JobState]) -> int:
 def timeout_ms(value: Any) -> int:
     """A job's own attempt timeout (seconds or ``timedelta``) in whole
     milliseconds, at least 1; the Rust core checks the upper bound."""
-    if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError(f"timeout: must be seconds or a timedelta (got {value!r})", "timeout")
-    if value <= 0:
-        raise ValidationError(f"timeout: must be > 0 seconds (got {value!r})", "timeout")
-    return max(1, min(round(value * 1000), _INT64_MAX))
+    return max(1, min(round(positive_seconds(value, "timeout") * 1000), _INT64_MAX))

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from awa import _core
+from awa.config import positive_seconds
 from awa.errors import AwaError, PayloadOmitted, StagingError
 
 if TYPE_CHECKING:
@@ -304,9 +305,8 @@ class Job(Generic[T]):
         if self._db is None:
             raise AwaError("register_callback works only on the job a handler is running")
         from awa.callback_policy import policy_json
-        from awa.callbacks import timeout_seconds_value  # callbacks imports this module
 
-        seconds = timeout_seconds_value(timeout_seconds)
+        seconds = positive_seconds(timeout_seconds, "timeout_seconds")
         policy = policy_json(
             {
                 "filter": filter,
