@@ -30,8 +30,7 @@ from awa import _core
 from awa.callback_policy import Resolution, decide, default_action
 from awa.config import positive_seconds
 from awa.db import Database
-from awa.errors import CallbackNotFound, CallbackNotResumable, FollowUpError, ValidationError
-from awa.followups import FollowUpFailed
+from awa.errors import CallbackNotFound, CallbackNotResumable, ValidationError
 from awa.hooks import COMPLETED, EXHAUSTED, RETRIED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
@@ -193,12 +192,7 @@ async def _apply(
         raise CallbackNotFound(callback)
     job = lifecycle.committed_job(row)
     transition = Transition(outcome, job, error=error_text, attempt=row["parked_attempt"])
-    if lifecycle.follow_ups.wants(job.kind, outcome):
-        try:
-            follow_ups = lifecycle.follow_up_rows([(transition, None)])
-        except FollowUpFailed as failed:
-            raise FollowUpError(f"{failed}; the callback was not resolved") from failed.error
-        await db.fetchval(
-            "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
-        )
+    await lifecycle.insert_follow_ups(
+        db, connection, [transition], outcome, "the callback was not resolved"
+    )
     return job, transition

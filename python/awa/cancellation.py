@@ -18,8 +18,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 from awa.db import Database
-from awa.errors import FollowUpError
-from awa.followups import FollowUpFailed
 from awa.hooks import CANCELLED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
@@ -42,17 +40,8 @@ async def cancel(
             )
             for row in rows
         ]
-        wanted = [
-            (t, None) for t in transitions if lifecycle.follow_ups.wants(t.job.kind, CANCELLED)
-        ]
-        if wanted:
-            try:
-                follow_ups = lifecycle.follow_up_rows(wanted)
-            except FollowUpFailed as failed:
-                raise FollowUpError(f"{failed}; nothing was cancelled") from failed.error
-            if len(follow_ups):
-                await db.fetchval(
-                    "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
-                )
+        await lifecycle.insert_follow_ups(
+            db, connection, transitions, CANCELLED, "nothing was cancelled"
+        )
     lifecycle.committed(transitions, None, None)
     return [transition.job for transition in transitions]

@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa import _core, metrics
-from awa.followups import FollowUps, FollowUpStage
+from awa.errors import FollowUpError
+from awa.followups import FollowUpFailed, FollowUps, FollowUpStage
 from awa.hooks import (
     COMPLETED,
     EXHAUSTED,
@@ -32,6 +33,9 @@ from awa.hooks import (
 )
 from awa.job import Job, JobState
 from awa.tasks import Registry
+
+if TYPE_CHECKING:
+    from awa.db import Database
 
 log = logging.getLogger("awa.lifecycle")
 
@@ -115,6 +119,31 @@ class Lifecycle:
                 rows.extend(stage.rows)
                 staged.append((start, len(rows)))
         return FollowUpRows(rows, staged)
+
+    async def insert_follow_ups(
+        self,
+        db: Database,
+        connection: Any,
+        transitions: Sequence[Transition],
+        outcome: str,
+        undone: str,
+    ) -> None:
+        """Inserts the follow-ups of the ``outcome`` specs: inside the
+        transition's own transaction (callback resolution, cancellation),
+        or, with ``connection`` ``None``, as a statement of its own after it
+        (rescue, best effort). A spec that fails raises
+        :class:`awa.FollowUpError`, ``undone`` saying what that leaves."""
+        wanted = [(t, None) for t in transitions if self.follow_ups.wants(t.job.kind, outcome)]
+        if not wanted:
+            return
+        try:
+            follow_ups = self.follow_up_rows(wanted)
+        except FollowUpFailed as failed:
+            raise FollowUpError(f"{failed}; {undone}") from failed.error
+        if len(follow_ups):
+            await db.fetchval(
+                "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
+            )
 
     def committed(
         self,

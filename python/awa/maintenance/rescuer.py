@@ -44,8 +44,8 @@ from typing import Any, Final
 
 from awa import _core
 from awa.db import Database
+from awa.errors import FollowUpError
 from awa.events import RescueReason
-from awa.followups import FollowUpFailed
 from awa.hooks import RESCUED, Transition
 from awa.lifecycle import Lifecycle
 
@@ -236,15 +236,13 @@ class Rescuer:
         lifecycle.committed(transitions, None, None)
 
     async def _insert_follow_ups(self, transition: Transition) -> None:
-        lifecycle = self._lifecycle
-        if not lifecycle.follow_ups.wants(transition.job.kind, RESCUED):
-            return
         try:
-            follow_ups = lifecycle.follow_up_rows([(transition, None)])
-            if len(follow_ups):
-                await self._db.fetchrow("jobs_insert_follow_ups", follow_ups.rows.json_rows())
-        except FollowUpFailed as failed:
-            log.error("%s; the rescue stands without its follow-up", failed)
+            # No connection: its own statement, after the rescue committed.
+            await self._lifecycle.insert_follow_ups(
+                self._db, None, [transition], RESCUED, "the rescue stands without its follow-up"
+            )
+        except FollowUpError as failed:
+            log.error("%s", failed)
         except Exception as error:  # noqa: BLE001 - the rescue stands either way
             log.error(
                 "inserting the follow-ups of rescued job %d failed (%s: %s); the rescue stands",
