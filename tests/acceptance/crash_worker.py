@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import awa
-from tests.support import FAST_WORKER
+from tests.acceptance.worker_process import serve_until_sigterm
 
 
 def record(runs: Path, job: awa.Job[dict]) -> None:
@@ -69,13 +69,7 @@ async def main(url: str, queue: str, kind: str, mode: str, runs_path: str) -> No
         if mode == "once-then-raise":
             raise ValueError("the handler failed after the crash")
 
-    await client.start([(queue, 1)], **FAST_WORKER)
-    print("started", flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await client.shutdown(timeout=5)
-    await client.close()
+    await serve_until_sigterm(client, queue, 1)
 
 
 if __name__ == "__main__":

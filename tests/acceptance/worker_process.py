@@ -36,14 +36,20 @@ async def main(url: str, name: str, mode: str, queue: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(0.05)
 
-    await client.start([(queue, 8)], **FAST_WORKER)
+    await serve_until_sigterm(client, queue, 8)
+    await recorder.close()
+
+
+async def serve_until_sigterm(client: awa.AsyncClient, queue: str, slots: int) -> None:
+    """Works ``queue`` with fast maintenance, says ``started``, and shuts
+    down gracefully on SIGTERM."""
+    await client.start([(queue, slots)], **FAST_WORKER)
     print("started", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await client.shutdown(timeout=5)
     await client.close()
-    await recorder.close()
 
 
 if __name__ == "__main__":
