@@ -16,6 +16,11 @@ import asyncpg
 import pytest
 
 import awa
+from awa.embedded import EmbeddedPostgres
+
+#: Servers of a test's own flush asynchronous commits late (their WAL writer
+#: sleeps long), so an immediate restart reliably forgets recent claims.
+OWN_SERVER_SETTINGS = ("wal_writer_delay=10000ms", "wal_writer_flush_after=0")
 
 
 def _with_database(url: str, database: str) -> str:
@@ -30,8 +35,6 @@ def server_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    from awa.embedded import EmbeddedPostgres
-
     server = EmbeddedPostgres(durable=False)
     try:
         yield server.start()
@@ -59,6 +62,20 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
+
+
+@pytest.fixture
+async def own_server() -> AsyncIterator[EmbeddedPostgres]:
+    """A durable PostgreSQL server of the test's own, migrated, to restart or
+    break (``own_server.restart("immediate")``) without touching the suite's."""
+    server = EmbeddedPostgres(durable=True, settings=OWN_SERVER_SETTINGS)
+    server.start()
+    try:
+        async with awa.AsyncClient(server.url) as client:
+            await client.migrate()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

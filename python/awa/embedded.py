@@ -653,6 +653,7 @@ class EmbeddedPostgres:
         durable: bool = True,
         port: int | None = None,
         bindir: str | os.PathLike[str] | None = None,
+        settings: Sequence[str] = (),
     ) -> None:
         if data_dir is None and os.environ.get(DATA_DIR_ENV):
             data_dir = os.environ[DATA_DIR_ENV]
@@ -660,6 +661,7 @@ class EmbeddedPostgres:
         self._durable = durable
         self._requested_port = port
         self._requested_bindir = None if bindir is None else Path(bindir).expanduser()
+        self._settings = tuple(settings)
         self._lock = threading.Lock()
         self._temp_data_dir: Path | None = None  # kept after removal, for reporting
         self._temp_data_dir_exists = False
@@ -745,6 +747,38 @@ class EmbeddedPostgres:
             self._port = None
             self._remove_temp_data_dir()
             _running.discard(self)
+
+    def restart(self, mode: str = "fast") -> str:
+        """Stops the server the way ``pg_ctl stop -m fast`` (SIGINT: clients are
+        disconnected, a checkpoint is written) or ``-m immediate`` (SIGQUIT: no
+        checkpoint; the next start runs crash recovery, and commits not yet
+        flushed are lost) does, then starts it again on the same port and data
+        directory; returns the URL. For fault tests."""
+        signals = {"fast": signal.SIGINT, "immediate": signal.SIGQUIT}
+        if mode not in signals:
+            raise ValueError(f"mode must be 'fast' or 'immediate' (got {mode!r})")
+        with self._lock:
+            process, port = self._process, self._port
+            if process is None or port is None or process.poll() is not None:
+                raise EmbeddedPostgresError("the embedded PostgreSQL is not running")
+            process.send_signal(signals[mode])
+            try:
+                process.wait(FAST_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _stop_process(process)
+            run_as = _choose_run_as(self._bindir())
+            data_dir = self.data_dir
+            (data_dir / PID_FILE_NAME).unlink(missing_ok=True)  # left by an immediate stop
+            log_path = data_dir / LOG_FILE_NAME
+            log_offset = _file_size(log_path)
+            self._process = self._spawn_server(run_as, data_dir, port, log_path)
+            failure = _wait_ready(self._process, data_dir)
+            if failure is not None:
+                raise EmbeddedPostgresError(
+                    f"PostgreSQL {failure} after a {mode} restart (port {port}); last lines of "
+                    f"{log_path}:\n{_log_tail(log_path, log_offset)}"
+                )
+            return self.url
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -859,6 +893,7 @@ class EmbeddedPostgres:
         settings = [*COMMON_SETTINGS, f"port={port}"]
         if not self._durable:
             settings.extend(NON_DURABLE_SETTINGS)
+        settings.extend(self._settings)
         command = [*run_as.prefix, str(run_as.bindir / "postgres"), "-D", str(data_dir)]
         for setting in settings:
             command += ["-c", setting]

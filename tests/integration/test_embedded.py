@@ -377,3 +377,31 @@ def test_wheel_binaries_run(monkeypatch: pytest.MonkeyPatch) -> None:
             [str(bindir / program), "--version"], capture_output=True, text=True, check=True
         )
         assert "(PostgreSQL) 18." in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_restart_keeps_the_port_and_the_committed_data(mode: str) -> None:
+    with EmbeddedPostgres(durable=True, settings=["wal_writer_delay=10ms"]) as pg:
+        url = pg.url
+        connection = await asyncpg.connect(url)
+        await connection.execute("CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
+        first_pid = pg.pid
+        assert pg.restart(mode) == url
+        assert pg.pid != first_pid
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await connection.fetchval("SELECT 1")
+        again = await asyncpg.connect(url)
+        try:
+            assert await again.fetchval("SELECT n FROM kept") == 1
+            assert await again.fetchval("SHOW wal_writer_delay") == "10ms"
+        finally:
+            await again.close()
+            connection.terminate()
+
+
+def test_restart_refuses_an_unknown_mode_and_a_stopped_server() -> None:
+    server = EmbeddedPostgres(durable=False)
+    with pytest.raises(EmbeddedPostgresError):
+        server.restart("fast")
+    with pytest.raises(ValueError, match="fast"):
+        server.restart("smart")
