@@ -154,3 +154,19 @@ CREATE TABLE awa.workers (
     pid          integer NOT NULL,
     queues       text[] NOT NULL
 ) WITH (fillfactor = 50);
+
+-- Who runs a fleet-wide role (the maintenance leader) and until when; see
+-- migration 0008.
+CREATE TABLE awa.leaders (
+    role        text PRIMARY KEY,
+    worker_id   bigint NOT NULL,
+    term        bigint NOT NULL,
+    elected_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+
+-- The least run lease a claim may hand out now (the server's start time in
+-- microseconds): leases never repeat after a restart.
+CREATE FUNCTION awa.run_lease_floor() RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint $$;
