@@ -17,6 +17,7 @@ import pytest
 
 import awa
 from awa.embedded import EmbeddedPostgres
+from tests.faults import RestrictedRole, with_user
 
 #: Servers of a test's own flush asynchronous commits late (their WAL writer
 #: sleeps long), so an immediate restart reliably forgets recent claims.
@@ -79,10 +80,23 @@ async def own_server() -> AsyncIterator[EmbeddedPostgres]:
 
 
 @pytest.fixture
+async def restricted(database_url: str) -> AsyncIterator[tuple[RestrictedRole, str]]:
+    """A login role for awa's own connections whose privileges a test can take
+    away (:func:`tests.faults.revoked`), and the database URL that uses it."""
+    admin = await asyncpg.connect(database_url)
+    role = await RestrictedRole.create(admin)
+    try:
+        yield role, with_user(database_url, role.name)
+    finally:
+        await role.drop(admin)
+        await admin.close()
+
+
+@pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A direct connection for arranging and asserting, on a clean schema."""
     connection = await asyncpg.connect(database_url)
-    await connection.execute("TRUNCATE awa.jobs, awa.workers, awa.quarantine RESTART IDENTITY")
+    await connection.execute("TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY")
     try:
         yield connection
     finally:
