@@ -18,10 +18,11 @@ import pytest
 import awa
 from awa.embedded import EmbeddedPostgres
 from tests.faults import RestrictedRole, with_user
+from tests.processes import LEDGER_DROP_SQL, LEDGER_SQL
 
 #: Servers of a test's own flush asynchronous commits late (their WAL writer
 #: sleeps long), so an immediate restart reliably forgets recent claims.
-OWN_SERVER_SETTINGS = ("wal_writer_delay=10000ms", "wal_writer_flush_after=0")
+OWN_SERVER_SETTINGS = ("wal_writer_delay=10000ms", "wal_writer_flush_after=1GB")
 
 
 def _with_database(url: str, database: str) -> str:
@@ -90,6 +91,14 @@ async def restricted(database_url: str) -> AsyncIterator[tuple[RestrictedRole, s
     finally:
         await role.drop(admin)
         await admin.close()
+
+
+@pytest.fixture
+async def ledger(conn: asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """``conn``, with the side tables worker processes write (tests/processes.py)."""
+    await conn.execute(LEDGER_SQL)
+    yield conn
+    await conn.execute(LEDGER_DROP_SQL)
 
 
 @pytest.fixture

@@ -5,70 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.processes import spawn_worker, stop_worker
 from tests.support import eventually, states, wait_for_state
 
-ROOT = Path(__file__).resolve().parents[2]
 JOBS = 400
-
-COMPLETIONS_LEDGER = """
-CREATE TABLE IF NOT EXISTS test_runs (job_id bigint, run_lease bigint, worker text);
-CREATE TABLE IF NOT EXISTS test_completions (job_id bigint, run_lease bigint);
-CREATE OR REPLACE FUNCTION test_record_completion() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO test_completions VALUES (NEW.id, NEW.run_lease);
-    RETURN NEW;
-END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER test_completion_ledger
-    AFTER UPDATE OF state ON awa.jobs
-    FOR EACH ROW WHEN (NEW.state = 'completed' AND OLD.state IS DISTINCT FROM 'completed')
-    EXECUTE FUNCTION test_record_completion();
-TRUNCATE test_runs, test_completions;
-"""
-
-
-@pytest.fixture
-async def ledger(conn):
-    """Side tables: every handler run, and every completion the database applied."""
-    await conn.execute(COMPLETIONS_LEDGER)
-    yield conn
-    await conn.execute(
-        "DROP TRIGGER test_completion_ledger ON awa.jobs; DROP TABLE test_runs, test_completions"
-    )
-
-
-async def spawn_worker(
-    database_url: str, name: str, *, mode: str = "normal", queue: str = "default"
-) -> asyncio.subprocess.Process:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.acceptance.worker_process",
-        database_url,
-        name,
-        mode,
-        queue,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-    )
-    if mode != "crash":  # a crashing worker may die before it says anything
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"started", line
-    return process
-
-
-async def stop_worker(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), 30)
 
 
 @pytest.mark.slow
