@@ -90,11 +90,13 @@ def test_bench_completion_batch_1000_outcomes(benchmark: BenchmarkFixture) -> No
     def push_and_take() -> tuple[list[Any], ...]:
         for job_id in range(1_000):
             if job_id % 10 == 0:
-                batch.failed(job_id, 1, 1, 25, 0, "ValueError", "boom", "Traceback …", NOW_S)
+                batch.record(
+                    job_id, 1, 1, 25, 0, "failed", NOW_S, None, "ValueError", "boom", "Traceback …"
+                )
             else:
-                batch.completed(job_id, 1, NOW_S)
+                batch.record(job_id, 1, 1, 25, 0, "completed", NOW_S)
         assert batch.is_due(NOW_S)
-        return batch.take()
+        return batch.take().params()
 
     ids, _leases, states, _delays, _refunds, errors = benchmark(push_and_take)
     assert len(ids) == 1_000

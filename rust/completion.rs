@@ -60,6 +60,20 @@ impl Columns {
         }
     }
 
+    /// Removes the row of `job_id`; false when there is none.
+    pub fn remove(&mut self, job_id: i64) -> bool {
+        let Some(index) = self.ids.iter().position(|&id| id == job_id) else {
+            return false;
+        };
+        self.ids.remove(index);
+        self.run_leases.remove(index);
+        self.states.remove(index);
+        self.delays_s.remove(index);
+        self.refunds.remove(index);
+        self.errors.remove(index);
+        true
+    }
+
     fn push(&mut self, row: Row) {
         self.ids.push(row.id);
         self.run_leases.push(row.run_lease);
@@ -86,6 +100,26 @@ pub struct ErrorReport<'a> {
     pub error_type: &'a str,
     pub message: &'a str,
     pub traceback: Option<&'a str>,
+}
+
+/// What a handler's attempt came to: the one value the executor hands the
+/// completer, and the only way an outcome enters a batch.
+#[derive(Clone, Debug)]
+pub enum Outcome<'a> {
+    /// The handler returned normally.
+    Completed,
+    /// The handler asked to run again after `delay_s` (uses an attempt).
+    RetryAfter { delay_s: f64 },
+    /// The handler deferred itself by `delay_s` (does not use an attempt).
+    Snooze { delay_s: f64 },
+    /// The handler parked the job until its callback is resolved.
+    WaitingForCallback,
+    /// The handler cancelled the job.
+    Cancelled { reason: &'a str },
+    /// The handler raised: retried with backoff while attempts remain.
+    Failed(ErrorReport<'a>),
+    /// The handler raised an error that must not be retried.
+    FailedTerminal(ErrorReport<'a>),
 }
 
 struct Row {
@@ -135,6 +169,39 @@ impl CompletionBatch {
 
     pub fn is_empty(&self) -> bool {
         self.columns.is_empty()
+    }
+
+    /// Buffers one attempt's outcome; returns the state the job goes to.
+    pub fn record(&mut self, at: Attempt, outcome: &Outcome<'_>, now: f64) -> JobState {
+        match outcome {
+            Outcome::Completed => {
+                self.completed(at, now);
+                JobState::Completed
+            }
+            Outcome::RetryAfter { delay_s } => self.retry_after(at, *delay_s, now),
+            Outcome::Snooze { delay_s } => {
+                self.snooze(at, *delay_s, now);
+                JobState::Scheduled
+            }
+            Outcome::WaitingForCallback => {
+                self.waiting_for_callback(at, now);
+                JobState::WaitingExternal
+            }
+            Outcome::Cancelled { reason } => {
+                self.cancelled(at, reason, now);
+                JobState::Cancelled
+            }
+            Outcome::Failed(report) => self.failed(at, report, now),
+            Outcome::FailedTerminal(report) => {
+                self.failed_terminal(at, report, now);
+                JobState::Failed
+            }
+        }
+    }
+
+    /// The ids of the outcomes buffered, oldest first.
+    pub fn ids(&self) -> &[i64] {
+        &self.columns.ids
     }
 
     /// The handler returned normally.
@@ -514,6 +581,40 @@ mod tests {
         assert_eq!(head("abcdef", 3), "abc… [3 more characters]");
         assert_eq!(tail("abcdef", 2), "[4 earlier characters] …ef");
         assert_eq!(head("abc", 3), "abc");
+    }
+
+    #[test]
+    fn record_maps_each_outcome_to_its_state() {
+        let mut batch = CompletionBatch::new(100, 0.01, 1).unwrap();
+        let outcomes = [
+            (Outcome::Completed, JobState::Completed),
+            (Outcome::RetryAfter { delay_s: 3.0 }, JobState::Retryable),
+            (Outcome::Snooze { delay_s: 3.0 }, JobState::Scheduled),
+            (Outcome::WaitingForCallback, JobState::WaitingExternal),
+            (Outcome::Cancelled { reason: "no" }, JobState::Cancelled),
+            (Outcome::Failed(boom()), JobState::Retryable),
+            (Outcome::FailedTerminal(boom()), JobState::Failed),
+        ];
+        for (id, (outcome, state)) in (1..).zip(outcomes.iter()) {
+            assert_eq!(batch.record(attempt(id, 1, 25), outcome, 0.0), *state);
+        }
+        assert_eq!(batch.ids(), [1, 2, 3, 4, 5, 6, 7]);
+        let columns = batch.take();
+        assert_eq!(columns.refunds, [0, 0, 1, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_row_can_be_removed_from_a_taken_batch() {
+        let mut batch = CompletionBatch::new(100, 0.01, 1).unwrap();
+        for id in 1..=3 {
+            batch.record(attempt(id, 1, 1), &Outcome::Completed, 0.0);
+        }
+        let mut columns = batch.take();
+        assert!(columns.remove(2));
+        assert!(!columns.remove(2));
+        assert_eq!(columns.ids, [1, 3]);
+        assert_eq!(columns.run_leases, [10, 30]);
+        assert_eq!(columns.len(), 2);
     }
 
     #[test]

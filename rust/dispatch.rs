@@ -165,12 +165,14 @@ impl Dispatcher {
     }
 
     /// Returns the unused part of a plan. A queue that gave fewer jobs than
-    /// asked is drained for now.
-    pub fn settle_claim(&mut self, plan: &ClaimPlan) {
+    /// asked is drained for now; a claim that `failed` says nothing about
+    /// what the queues hold, so they stay ready (the retry claims at once
+    /// instead of waiting for the next poll).
+    pub fn settle_claim(&mut self, plan: &ClaimPlan, failed: bool) {
         for (&(index, wanted), &started) in plan.wanted.iter().zip(&plan.started) {
             let queue = &mut self.queues[index];
             queue.reserved -= wanted - started;
-            if started < wanted {
+            if started < wanted && !failed {
                 queue.maybe_has_jobs = false;
             }
         }
@@ -261,7 +263,7 @@ mod tests {
             assert!(d.start(&mut plan, id, 1, 0));
         }
         assert!(!d.start(&mut plan, 4, 1, 0), "the plan is used up");
-        d.settle_claim(&plan);
+        d.settle_claim(&plan, false);
         assert_eq!(d.queues()[0].running, 3);
         assert!(!d.can_claim());
         assert_eq!(d.finish(2), Some(0));
@@ -281,9 +283,9 @@ mod tests {
         for id in 1..=4 {
             assert!(d.start(&mut second, id, 1, 0));
         }
-        d.settle_claim(&second);
+        d.settle_claim(&second, false);
         assert!(d.start(&mut first, 5, 1, 0));
-        d.settle_claim(&first);
+        d.settle_claim(&first, false);
         let queue = &d.queues()[0];
         assert_eq!((queue.running, queue.reserved), (5, 0));
         // The first claim came back short: the queue is drained for now.
@@ -294,7 +296,7 @@ mod tests {
     fn a_plan_only_starts_jobs_of_its_own_queues() {
         let mut d = dispatcher(&[("a", 2), ("b", 2)], 10, None);
         let first = d.plan_claim().unwrap();
-        d.settle_claim(&first); // both came back empty
+        d.settle_claim(&first, false); // both came back empty
         d.mark_ready(0);
         let mut only_a = d.plan_claim().unwrap();
         assert_eq!(only_a.wanted, vec![(0, 2)]);
@@ -307,7 +309,7 @@ mod tests {
         let mut d = dispatcher(&[("q", 10)], 10, None);
         let mut plan = d.plan_claim().unwrap();
         assert!(d.start(&mut plan, 1, 1, 0));
-        d.settle_claim(&plan);
+        d.settle_claim(&plan, false);
         assert_eq!(d.queues()[0].reserved, 0);
         assert!(d.plan_claim().is_none());
         assert!(!d.can_claim());
@@ -316,12 +318,14 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_claim_gives_back_its_reservation() {
+    fn a_failed_claim_gives_back_its_reservation_and_keeps_the_queue_ready() {
         let mut d = dispatcher(&[("q", 4)], 10, None);
         let plan = d.plan_claim().unwrap();
-        d.settle_claim(&plan);
+        d.settle_claim(&plan, true);
         assert_eq!(d.queues()[0].reserved, 0);
         assert_eq!(d.queues()[0].running, 0);
+        assert!(d.can_claim(), "a failed claim learned nothing about the queue");
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 4)]);
     }
 
     #[test]
@@ -337,13 +341,13 @@ mod tests {
         assert_eq!(d.finish(42), None);
         let mut plan = d.plan_claim().unwrap();
         assert!(d.start(&mut plan, 7, 3, 0));
-        d.settle_claim(&plan);
+        d.settle_claim(&plan, false);
         d.mark_ready(0);
         assert!(d.plan_claim().is_none(), "the only slot is taken");
         d.finish(7);
         let mut again = d.plan_claim().unwrap();
         assert!(d.start(&mut again, 7, 4, 0));
-        d.settle_claim(&again);
+        d.settle_claim(&again, false);
         let mut third = plan_of(vec![(0, 1)]);
         assert!(!d.start(&mut third, 7, 5, 0), "already held");
         assert_eq!(d.lease_of(7), Some(4));

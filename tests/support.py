@@ -43,6 +43,7 @@ FAST_WORKER = {
     "heartbeat_interval": 0.1,
     "heartbeat_staleness": 1.0,
     "leader_election_interval": 0.1,
+    "leader_lease": 1.0,
 }
 
 

@@ -41,6 +41,7 @@ from awa.job import Job, JobState
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.quarantine import QuarantinedFingerprint
 from awa.tasks import derive_kind
+from awa.worker.attempt import RunningJob
 
 __version__ = "0.1.0"
 
@@ -71,6 +72,7 @@ __all__ = [
     "QuarantinedFingerprint",
     "RescueReason",
     "RetryAfter",
+    "RunningJob",
     "SchemaNotMigrated",
     "Snooze",
     "StagingError",

@@ -80,7 +80,7 @@ async def resume(db: Database, callback_id: uuid.UUID | str, payload: Any) -> Jo
         raise CallbackNotFound(callback)
     if not row["resumable"]:
         raise CallbackNotResumable(callback, row["target_id"])
-    return Job.from_row(row)
+    return Job.from_record(row)
 
 
 async def heartbeat(db: Database, callback_id: uuid.UUID | str, timeout_seconds: float) -> Job[Any]:
@@ -90,7 +90,7 @@ async def heartbeat(db: Database, callback_id: uuid.UUID | str, timeout_seconds:
     row = await db.fetchrow("jobs_heartbeat_callback", callback, seconds)
     if row is None:
         raise CallbackNotFound(callback)
-    return Job.from_row(row)
+    return Job.from_record(row)
 
 
 @dataclass(frozen=True, slots=True)

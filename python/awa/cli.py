@@ -21,6 +21,8 @@ from awa.job import Job
 log = logging.getLogger("awa.cli")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+#: Exit status of a worker that stopped because a service could not recover.
+EXIT_UNHEALTHY = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,11 +164,20 @@ async def _worker(options: argparse.Namespace) -> int:
         if options.migrate:
             await client.migrate()
         await client.start(parse_queues(options.queue))
-        await stop.wait()
+        worker = client.worker
+        assert worker is not None
+        unhealthy = asyncio.ensure_future(worker.wait_until_unhealthy())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({unhealthy, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        unhealthy.cancel()
         log.info("stopping: running jobs get %.0fs to finish", options.shutdown_timeout)
         await client.shutdown(timeout=options.shutdown_timeout)
     finally:
         await client.close()
+    if not worker.healthy:
+        print(f"awa: the worker stopped unhealthy: {worker.unhealthy_reason}", file=sys.stderr)
+        return EXIT_UNHEALTHY
     return 0
 
 

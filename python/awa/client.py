@@ -625,10 +625,8 @@ class AsyncClient:
 
     def _job(self, row: Any, include_payload: bool = True) -> Job[Any]:
         task = self._registry.by_kind.get(row["kind"])
-        job = Job.from_row(row, task.decode_args if task is not None else None)
-        if not include_payload:
-            job._omit_payload()
-        return job
+        decode = task.decode_args if task is not None else None
+        return Job.from_record(row, decode, with_payload=include_payload)
 
     # ── the dead-letter queue ───────────────────────────────────────────
 

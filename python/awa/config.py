@@ -48,6 +48,24 @@ class WorkerConfig:
     promote_batch_size: int = 1000
     #: How often a non-leader tries to become the maintenance leader.
     leader_election_interval: float = 5.0
+    #: How long a maintenance leadership lasts without renewal (the leader
+    #: renews every third of it). A leader that dies or hangs hands over
+    #: within this plus one election interval.
+    leader_lease: float = 10.0
+    #: How often a worker compares the jobs the database says it runs with
+    #: those it holds, and gives back the difference (claims whose reply was
+    #: lost); it also does so after any failed claim.
+    reconcile_interval: float = 60.0
+    #: How long a handler may block the event loop before the process counts
+    #: as hung: its heartbeats (sent from a thread of their own) stop and its
+    #: jobs are rescued. Blocks past a second are logged either way.
+    max_loop_block: float = 300.0
+    #: A service that keeps failing this long makes the worker unhealthy: it
+    #: stops claiming and heartbeating, and says why.
+    unhealthy_after: float = 60.0
+    #: Writing the last outcomes at shutdown gets at least this long, on top
+    #: of the handlers' timeout; what is still unwritten then is reported.
+    final_write_timeout: float = 10.0
     #: Threads for synchronous (``def``) handlers (None: one per worker slot, up to 64).
     sync_handler_threads: int | None = None
     #: Seconds an attempt may run, by queue (tasks may set their own
@@ -84,6 +102,11 @@ class WorkerConfig:
                 _require_positive_seconds(field.name, value, allow_zero=field.name in _ZERO_ALLOWED)
         self._check_queue_timeouts()
         self._check_dead_letter_retention()
+        if self.leader_lease <= self.leader_election_interval:
+            raise ConfigurationError(
+                "leader_lease must be longer than leader_election_interval "
+                f"({self.leader_lease} <= {self.leader_election_interval})"
+            )
         if self.heartbeat_staleness <= self.heartbeat_interval:
             raise ConfigurationError(
                 "heartbeat_staleness must be longer than heartbeat_interval "

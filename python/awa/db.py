@@ -8,6 +8,7 @@ service holds). Queries are named; their SQL lives in ``awa/sql/queries``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
@@ -76,6 +77,19 @@ async def reset_if_changed(connection: Any) -> None:
         await connection.execute(connection.get_reset_query())
 
 
+async def release_quietly(pool: Any, connection: Any) -> None:
+    """Gives a service's connection back to the pool whatever state it is in.
+
+    A connection the server dropped may already have been taken back by the
+    pool (asyncpg then refuses every call on it, ``is_closed()`` included);
+    releasing it is best effort, and a broken one is simply replaced by the
+    pool on the next acquire."""
+    if connection is None:
+        return
+    with contextlib.suppress(Exception):
+        await pool.release(connection)
+
+
 def affected_rows(status: str) -> int:
     """The row count of a command status such as ``UPDATE 42``."""
     tail = status.rpartition(" ")[2]
@@ -85,9 +99,24 @@ def affected_rows(status: str) -> int:
 class Database:
     """An asyncpg pool plus named-query helpers and the schema version check."""
 
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        owns_pool: bool,
+        connect_args: tuple[Any, ...] | None = None,
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.pool = pool
         self.owns_pool = owns_pool
+        # How to open a connection of one's own, outside the pool (the
+        # heartbeat's thread runs its own event loop). For a caller's pool,
+        # what the pool itself connects with.
+        if connect_args is None:
+            connect_args = tuple(getattr(pool, "_connect_args", ()) or ())
+            connect_kwargs = dict(getattr(pool, "_connect_kwargs", {}) or {})
+        self.connect_args = connect_args
+        self.connect_kwargs = connect_kwargs or {}
         self._statements: dict[str, Statement] = {}
         self._schema_checked = False
 
@@ -116,6 +145,10 @@ class Database:
             return await run(connection, *args)
         async with self.pool.acquire() as pooled:
             return await run(pooled, *args)
+
+    async def connect(self) -> Any:
+        """A connection outside the pool, on the running event loop."""
+        return await asyncpg.connect(*self.connect_args, **self.connect_kwargs)
 
     async def copy_jobs(self, connection: Any, columns: Sequence[str], rows_text: bytes) -> None:
         """COPY rows (PostgreSQL text format) into ``awa.jobs``."""

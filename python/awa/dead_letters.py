@@ -94,9 +94,7 @@ async def list_dead_letters(
     rows = await db.fetch("jobs_dead_letters", *selected.args(), limit, include_payload)
     letters = []
     for row in rows:
-        job = Job.from_row(row, decode(row["kind"]))
-        if not include_payload:
-            job._omit_payload()
+        job = Job.from_record(row, decode(row["kind"]), with_payload=include_payload)
         reason = row["failure_reason"]
         letters.append(DeadLetter(job, None if reason is None else DeadLetterReason(reason)))
     return letters

@@ -22,56 +22,14 @@ from typing import TYPE_CHECKING, Any
 from awa import _core, metrics
 from awa.errors import FollowUpError
 from awa.followups import FollowUpFailed, FollowUps, FollowUpStage
-from awa.hooks import (
-    COMPLETED,
-    EXHAUSTED,
-    FAILED,
-    RETRIED,
-    WAITING_FOR_CALLBACK,
-    Hooks,
-    Transition,
-)
-from awa.job import Job, JobState
+from awa.hooks import COMPLETED, Hooks, Transition
+from awa.job import Job
 from awa.tasks import Registry
 
 if TYPE_CHECKING:
     from awa.db import Database
 
 log = logging.getLogger("awa.lifecycle")
-
-
-@dataclass(slots=True)
-class Pending:
-    """An attempt's outcome that hooks, specs or staged follow-ups care about,
-    kept by the worker until the flush that writes it commits."""
-
-    job: Job[Any]  # the attempt as the handler saw it
-    outcome: str  # completed, failed, cancelled or waiting_for_callback
-    duration_s: float = 0.0
-    error: str = ""
-    reason: str = ""
-    stage: FollowUpStage | None = None
-    #: Times a failing follow-up spec replaced this outcome (completer).
-    replacements: int = 0
-    #: Set when the follow-ups failed so often that the outcome is written bare.
-    without_follow_ups: bool = False
-
-    def transition(self, committed: Job[Any]) -> Transition:
-        outcome = self.outcome
-        if outcome == FAILED:
-            outcome = RETRIED if committed.state is JobState.Retryable else EXHAUSTED
-        return Transition(
-            outcome,
-            committed,
-            duration_s=self.duration_s,
-            error=self.error,
-            attempt=self.job.attempt,
-            reason=self.reason,
-        )
-
-    @property
-    def staged_count(self) -> int:
-        return 0 if self.stage is None else self.stage.count
 
 
 @dataclass(slots=True)
@@ -102,7 +60,7 @@ class Lifecycle:
         return task.decode_args if task is not None else None
 
     def committed_job(self, row: Any) -> Job[Any]:
-        return Job.from_row(row, self.decoder(row[2]))
+        return Job.from_record(row, self.decoder(row["kind"]))
 
     def follow_up_rows(
         self, transitions: Sequence[tuple[Transition, FollowUpStage | None]]
@@ -169,26 +127,3 @@ class Lifecycle:
                 )
         for transition in transitions:
             self.hooks.emit(transition)
-
-
-def discard_staged(pending: Pending, why: str) -> None:
-    """Drops what an attempt staged: it did not complete (or not for real)."""
-    if pending.staged_count:
-        if pending.outcome == WAITING_FOR_CALLBACK:
-            log.warning(
-                "job %d (%s) parked for a callback with %d staged follow-up(s); they are "
-                "discarded (only a completion inserts them; an on_completed_enqueue spec sees "
-                "the callback's result in job.metadata)",
-                pending.job.id,
-                pending.job.kind,
-                pending.staged_count,
-            )
-        else:
-            log.debug(
-                "job %d: %d staged follow-up(s) discarded (%s)",
-                pending.job.id,
-                pending.staged_count,
-                why,
-            )
-        assert pending.stage is not None
-        pending.stage.discard()

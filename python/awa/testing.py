@@ -21,23 +21,24 @@ import datetime
 import inspect
 import logging
 import os
-import random
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from awa import _core
-from awa.completer import Completer
+from awa.config import WorkerConfig
 from awa.db import Database
 from awa.errors import ConfigurationError
-from awa.executor import Executor
 from awa.followups import FollowUpStage
 from awa.inserts import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, add_job
 from awa.job import Job, JobState
-from awa.lifecycle import Pending
 from awa.outcomes import Cancel, RetryAfter, Snooze
 from awa.tasks import Registry, decoder_for
+from awa.worker.attempt import RunningJob
+from awa.worker.executor import Executor
+from awa.worker.pipeline import Pipeline
+from awa.worker.supervisor import Health
 
 if TYPE_CHECKING:
     from awa.client import AsyncClient
@@ -144,12 +145,10 @@ class AwaTestClient:
         job_id, run_lease, attempt = row["id"], row["run_lease"], row["attempt"]
 
         lifecycle = client._lifecycle
-        # The worker's own services, sized for one job (see awa/worker.py).
-        dispatcher = _core.Dispatcher([(row["queue"], 1)], 1)
-        batch = _core.CompletionBatch(1, 0.0, random.getrandbits(64))
-        pending: dict[int, Pending] = {}
-        executor = Executor(lifecycle, dispatcher, batch, pending, 1, db=db)
-        completer = Completer(db, batch, lifecycle, pending)
+        # The worker's own pipeline, sized for one job (see awa/worker/pipeline.py).
+        config = WorkerConfig(queues=((row["queue"], 1),), claim_batch_size=1, flush_interval=0.0)
+        pipeline = Pipeline.build(db, lifecycle, config, worker_id, Health(config.unhealthy_after))
+        dispatcher, executor, completer = pipeline.dispatcher, pipeline.executor, pipeline.completer
         dispatcher.mark_all_ready()
         plan = dispatcher.plan_claim()
         assert plan is not None, "a fresh one-slot dispatcher always plans a claim"
@@ -258,8 +257,8 @@ class StagedFollowUp:
     unique: bool
 
 
-class HandlerJob(Job[T]):
-    """A running :class:`awa.Job` made in memory, to unit-test a handler.
+class HandlerJob(RunningJob[T]):
+    """A running job (:class:`awa.RunningJob`) made in memory, to unit-test a handler.
 
     ``args`` is checked and encoded as an insert would, then decoded the way
     the worker decodes it: with the task's argument type when ``client`` has a
@@ -318,17 +317,20 @@ class HandlerJob(Job[T]):
         now = datetime.datetime.now(datetime.UTC)
         # The columns every job query returns (see awa/job.py), as a claim
         # would return them for this attempt.
-        row = (
-            id, attempt, encoded["kind"], encoded["queue"], JobState.Running.value,
-            encoded["priority"], attempt, encoded["max_attempts"], 0, DEFAULT_MAX_CRASHES,
-            now, now, now, None, encoded["args"], encoded["tags"], encoded["metadata"],
-            None, None, None,
-        )  # fmt: skip
-        template = Job.from_row(row, decode)
-        for name in Job.__slots__:
-            if hasattr(template, name):
-                setattr(self, name, getattr(template, name))
-        self._stage = FollowUpStage(registry)
+        row = {
+            "id": id, "run_lease": attempt, "kind": encoded["kind"],
+            "queue": encoded["queue"], "state": JobState.Running.value,
+            "priority": encoded["priority"], "attempt": attempt,
+            "max_attempts": encoded["max_attempts"], "crashes": 0,
+            "max_crashes": DEFAULT_MAX_CRASHES, "run_at": now, "created_at": now,
+            "attempted_at": now, "finalized_at": None, "args": encoded["args"],
+            "tags": encoded["tags"], "metadata": encoded["metadata"], "errors": None,
+            "callback_id": None, "callback_timeout_at": None,
+        }  # fmt: skip
+        self._fill(row, decode, True)
+        object.__setattr__(self, "_stage", FollowUpStage(registry))
+        object.__setattr__(self, "_db", None)
+        object.__setattr__(self, "_control", None)
 
     @property
     def staged(self) -> list[StagedFollowUp]:

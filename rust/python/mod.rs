@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::completion::{self, Attempt, Columns, ErrorReport};
+use crate::completion::{self, Attempt, Columns, ErrorReport, Outcome};
 use crate::dispatch::{self, ClaimPlan};
 use crate::json::{write_lossy_string, JsonWriter};
 use crate::payload::{self, Invalid};
@@ -762,12 +762,14 @@ impl Dispatcher {
         self.inner.start(plan, job_id, run_lease, index)
     }
 
-    /// Gives back the unused part of a plan; an unknown id is an error.
-    fn settle_claim(&mut self, plan_id: u64) -> PyResult<()> {
+    /// Gives back the unused part of a plan; an unknown id is an error. A
+    /// claim that `failed` leaves its queues ready for the retry.
+    #[pyo3(signature = (plan_id, failed = false))]
+    fn settle_claim(&mut self, plan_id: u64, failed: bool) -> PyResult<()> {
         let plan = self.pending.remove(&plan_id).ok_or_else(|| {
             PyRuntimeError::new_err(format!("no claim plan {plan_id} is pending"))
         })?;
-        self.inner.settle_claim(&plan);
+        self.inner.settle_claim(&plan, failed);
         Ok(())
     }
 
@@ -847,85 +849,51 @@ impl CompletionBatch {
         Ok(CompletionBatch { inner })
     }
 
-    fn completed(&mut self, job_id: i64, run_lease: i64, now: f64) {
-        self.inner
-            .completed(attempt(job_id, run_lease, 0, 1, 0), now);
-    }
-
-    /// Returns the state chosen: `retryable`, or `failed` with no attempts left.
+    /// Buffers one attempt's outcome and returns the state the job goes to.
+    /// `outcome` is `completed`, `retry_after` and `snooze` (with
+    /// `delay_s`), `waiting_for_callback`, `cancelled` (`message` is the
+    /// reason), `failed` or `failed_terminal` (with `error_type`, `message`
+    /// and `traceback`).
     #[allow(clippy::too_many_arguments)]
-    fn retry_after(
+    #[pyo3(signature = (job_id, run_lease, attempt_no, max_attempts, crashes, outcome, now, delay_s = None, error_type = "", message = "", traceback = None))]
+    fn record(
         &mut self,
         job_id: i64,
         run_lease: i64,
         attempt_no: i32,
         max_attempts: i32,
         crashes: i32,
-        delay_s: f64,
+        outcome: &str,
         now: f64,
-    ) -> &'static str {
-        let at = attempt(job_id, run_lease, attempt_no, max_attempts, crashes);
-        self.inner.retry_after(at, delay_s, now).as_str()
-    }
-
-    fn snooze(&mut self, job_id: i64, run_lease: i64, delay_s: f64, now: f64) {
-        self.inner
-            .snooze(attempt(job_id, run_lease, 0, 1, 0), delay_s, now);
-    }
-
-    fn waiting_for_callback(&mut self, job_id: i64, run_lease: i64, now: f64) {
-        self.inner
-            .waiting_for_callback(attempt(job_id, run_lease, 0, 1, 0), now);
-    }
-
-    fn cancelled(&mut self, job_id: i64, run_lease: i64, attempt_no: i32, reason: &str, now: f64) {
-        self.inner
-            .cancelled(attempt(job_id, run_lease, attempt_no, 1, 0), reason, now);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (job_id, run_lease, attempt_no, error_type, message, traceback, now))]
-    fn failed_terminal(
-        &mut self,
-        job_id: i64,
-        run_lease: i64,
-        attempt_no: i32,
+        delay_s: Option<f64>,
         error_type: &str,
         message: &str,
         traceback: Option<&str>,
-        now: f64,
-    ) {
+    ) -> PyResult<&'static str> {
         let report = ErrorReport {
             error_type,
             message,
             traceback,
         };
-        self.inner
-            .failed_terminal(attempt(job_id, run_lease, attempt_no, 1, 0), &report, now);
-    }
-
-    /// Returns the state chosen: `retryable` (with backoff) or `failed`.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (job_id, run_lease, attempt_no, max_attempts, crashes, error_type, message, traceback, now))]
-    fn failed(
-        &mut self,
-        job_id: i64,
-        run_lease: i64,
-        attempt_no: i32,
-        max_attempts: i32,
-        crashes: i32,
-        error_type: &str,
-        message: &str,
-        traceback: Option<&str>,
-        now: f64,
-    ) -> &'static str {
-        let report = ErrorReport {
-            error_type,
-            message,
-            traceback,
+        let delay = || {
+            delay_s.ok_or_else(|| PyValueError::new_err(format!("{outcome} needs delay_s")))
+        };
+        let outcome = match outcome {
+            "completed" => Outcome::Completed,
+            "retry_after" => Outcome::RetryAfter { delay_s: delay()? },
+            "snooze" => Outcome::Snooze { delay_s: delay()? },
+            "waiting_for_callback" => Outcome::WaitingForCallback,
+            "cancelled" => Outcome::Cancelled { reason: message },
+            "failed" => Outcome::Failed(report),
+            "failed_terminal" => Outcome::FailedTerminal(report),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown outcome {other:?}"
+                )))
+            }
         };
         let at = attempt(job_id, run_lease, attempt_no, max_attempts, crashes);
-        self.inner.failed(at, &report, now).as_str()
+        Ok(self.inner.record(at, &outcome, now).as_str())
     }
 
     fn is_due(&self, now: f64) -> bool {
@@ -936,14 +904,51 @@ impl CompletionBatch {
         self.inner.due_in(now)
     }
 
-    /// Everything buffered, as `(ids, run_leases, states, delays_s,
-    /// refunds, errors)`; the batch starts empty again.
-    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        columns_tuple(py, self.inner.take())
+    /// The ids of the outcomes buffered, oldest first.
+    fn ids(&self) -> Vec<i64> {
+        self.inner.ids().to_vec()
+    }
+
+    /// Hands out the oldest outcomes, at most one batch, as a [`Flush`].
+    fn take(&mut self) -> Flush {
+        Flush {
+            columns: self.inner.take(),
+        }
     }
 
     fn __len__(&self) -> usize {
         self.inner.len()
+    }
+}
+
+/// Outcomes taken for one write.
+#[pyclass(module = "awa._core")]
+struct Flush {
+    columns: Columns,
+}
+
+#[pymethods]
+impl Flush {
+    /// `(ids, run_leases, states, delays_s, refunds, errors)`, one list per
+    /// column, for the guarded batch update.
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        columns_tuple(py, self.columns.clone())
+    }
+
+    /// The job ids, in row order.
+    #[getter]
+    fn ids(&self) -> Vec<i64> {
+        self.columns.ids.clone()
+    }
+
+    /// Takes the job's row out of this write (its outcome is recorded
+    /// again instead); false when it holds none.
+    fn remove(&mut self, job_id: i64) -> bool {
+        self.columns.remove(job_id)
+    }
+
+    fn __len__(&self) -> usize {
+        self.columns.len()
     }
 }
 
@@ -1013,6 +1018,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<InsertRows>()?;
     module.add_class::<Dispatcher>()?;
     module.add_class::<CompletionBatch>()?;
+    module.add_class::<Flush>()?;
     module.add("MAX_BACKOFF_S", retry::MAX_BACKOFF_S)?;
     module.add(
         "FAILURE_REASONS",

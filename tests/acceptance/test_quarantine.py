@@ -8,7 +8,7 @@ import json
 import pytest
 
 import awa
-from awa.control import fingerprint
+from awa.worker.control import fingerprint
 from tests.acceptance.test_hooks import orphan
 from tests.support import FAST_WORKER, eventually, job_row, wait_for_state
 

@@ -206,8 +206,11 @@ async def test_staging_after_the_handler_returned_raises_the_sealed_error(client
     assert await stage_b_rows(conn) == []
 
 
-async def test_staging_outside_a_handler_is_refused(client, conn):
+async def test_a_committed_job_cannot_stage_and_cannot_be_changed(client, conn):
     client.task(StageA)(lambda job: None)
     job = await client.insert(StageA(item=1))
-    with pytest.raises(awa.StagingError, match="only on the job a handler is running"):
-        job.enqueue_on_completion(StageB(item_id=1))
+    # Only the running attempt a handler receives carries the capabilities.
+    assert isinstance(job, awa.Job) and not isinstance(job, awa.RunningJob)
+    assert not hasattr(job, "enqueue_on_completion")
+    with pytest.raises(AttributeError, match="read-only"):
+        job.priority = 1  # type: ignore[misc]

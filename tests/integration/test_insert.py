@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import awa
-from awa.notifier import CHANNEL
+from awa.worker.notifier import CHANNEL
 from tests.support import wait_for_state
 
 UTC = datetime.UTC

@@ -7,7 +7,7 @@ import asyncio
 import asyncpg
 
 from awa import sql
-from awa.notifier import CHANNEL
+from awa.worker.notifier import CHANNEL
 
 Q = sql.query
 
@@ -80,7 +80,8 @@ async def test_claim_starts_an_attempt_and_bumps_the_lease(conn):
     [row] = await claim(conn, ["q"], [5], worker)
     assert row["state"] == "running"
     assert row["attempt"] == 1
-    assert row["run_lease"] == 1
+    # Above any lease handed out before the server started (awa.run_lease_floor).
+    assert row["run_lease"] == await conn.fetchval("SELECT awa.run_lease_floor()") + 1
     stored = await conn.fetchrow(
         "SELECT worker_id, attempted_at FROM awa.jobs WHERE id = $1", job_id
     )
@@ -305,15 +306,44 @@ async def test_heartbeat_and_reregister(conn):
     assert await conn.fetchval(Q("workers_heartbeat"), worker) == worker
 
 
-async def test_leader_lock_is_exclusive_per_database(conn, database_url):
-    other = await asyncpg.connect(database_url)
-    try:
-        assert await conn.fetchval(Q("locks_try_leader"), 42) is True
-        assert await other.fetchval(Q("locks_try_leader"), 42) is False
-        assert await conn.fetchval(Q("locks_release_leader"), 42) is True
-        assert await other.fetchval(Q("locks_try_leader"), 42) is True
-    finally:
-        await other.close()
+async def test_a_role_has_one_holder_whose_renewals_keep_their_term(conn):
+    first, second = await register_worker(conn), await register_worker(conn)
+    term = await conn.fetchval(Q("leaders_claim"), "r", first, 60.0)
+    assert term == 1
+    assert await conn.fetchval(Q("leaders_claim"), "r", second, 60.0) is None
+    assert await conn.fetchval(Q("leaders_claim"), "r", first, 60.0) == term, "a renewal"
+    held = await conn.fetchrow(Q("leaders_current"), "r")
+    assert (held["worker_id"], held["term"], held["live"]) == (first, 1, True)
+
+
+async def test_a_lapsed_lease_changes_hands_and_the_former_holder_cannot_renew(conn):
+    first, second = await register_worker(conn), await register_worker(conn)
+    await conn.fetchval(Q("leaders_claim"), "r", first, 60.0)
+    await conn.execute("UPDATE awa.leaders SET expires_at = now() - interval '1 second'")
+    assert await conn.fetchval(Q("leaders_claim"), "r", second, 60.0) == 2
+    assert await conn.fetchval(Q("leaders_claim"), "r", first, 60.0) is None
+    # A holder whose own lease lapsed, with nobody taking over, starts a new term.
+    await conn.execute("UPDATE awa.leaders SET expires_at = now() - interval '1 second'")
+    assert await conn.fetchval(Q("leaders_claim"), "r", second, 60.0) == 3
+
+
+async def test_resigning_frees_the_role_at_once_but_only_for_its_own_term(conn):
+    first, second = await register_worker(conn), await register_worker(conn)
+    term = await conn.fetchval(Q("leaders_claim"), "r", first, 60.0)
+    assert await conn.execute(Q("leaders_resign"), "r", first, term + 1) == "DELETE 0"
+    assert await conn.execute(Q("leaders_resign"), "r", first, term) == "DELETE 1"
+    assert await conn.fetchval(Q("leaders_claim"), "r", second, 60.0) is not None
+
+
+async def test_running_on_worker_lists_only_that_workers_running_jobs(conn):
+    mine, other = await register_worker(conn), await register_worker(conn)
+    await insert_available(conn, 3)
+    claimed = await claim(conn, ["q"], [2], mine)
+    await claim(conn, ["q"], [1], other)
+    rows = await conn.fetch(Q("jobs_running_on_worker"), mine)
+    assert sorted((row["id"], row["run_lease"]) for row in rows) == sorted(
+        (row["id"], row["run_lease"]) for row in claimed
+    )
 
 
 def test_observed_finish_applies_exactly_the_same_update_as_the_plain_one():

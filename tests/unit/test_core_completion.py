@@ -41,7 +41,7 @@ def rows(columns: tuple[list[Any], ...]) -> list[Row]:
 
 
 def only_row(batch: _core.CompletionBatch) -> Row:
-    [row] = rows(batch.take())
+    [row] = rows(batch.take().params())
     return row
 
 
@@ -58,18 +58,82 @@ def in_backoff_range(delay: float | None, failures: int) -> bool:
     return base <= delay <= min(base * 1.25, ONE_DAY_S)
 
 
+# ── each outcome through CompletionBatch.record ─────────────────────────
+
+
+def completed(batch: _core.CompletionBatch, job_id: int, run_lease: int, now: float) -> str:
+    return batch.record(job_id, run_lease, 1, 1, 0, "completed", now)
+
+
+def retry_after(
+    batch: _core.CompletionBatch,
+    job_id: int,
+    run_lease: int,
+    attempt_no: int,
+    max_attempts: int,
+    crashes: int,
+    delay_s: float,
+    now: float,
+) -> str:
+    return batch.record(job_id, run_lease, attempt_no, max_attempts, crashes, "retry_after", now, delay_s)
+
+
+def snooze(batch: _core.CompletionBatch, job_id: int, run_lease: int, delay_s: float, now: float) -> str:
+    return batch.record(job_id, run_lease, 1, 1, 0, "snooze", now, delay_s)
+
+
+def cancelled(
+    batch: _core.CompletionBatch, job_id: int, run_lease: int, attempt_no: int, reason: str, now: float
+) -> str:
+    return batch.record(job_id, run_lease, attempt_no, 1, 0, "cancelled", now, None, "", reason)
+
+
+def failed_terminal(
+    batch: _core.CompletionBatch,
+    job_id: int,
+    run_lease: int,
+    attempt_no: int,
+    error_type: str,
+    message: str,
+    traceback: str | None,
+    now: float,
+) -> str:
+    return batch.record(
+        job_id, run_lease, attempt_no, 1, 0, "failed_terminal", now, None, error_type, message,
+        traceback,
+    )  # fmt: skip
+
+
+def failed(
+    batch: _core.CompletionBatch,
+    job_id: int,
+    run_lease: int,
+    attempt_no: int,
+    max_attempts: int,
+    crashes: int,
+    error_type: str,
+    message: str,
+    traceback: str | None,
+    now: float,
+) -> str:
+    return batch.record(
+        job_id, run_lease, attempt_no, max_attempts, crashes, "failed", now, None, error_type,
+        message, traceback,
+    )  # fmt: skip
+
+
 # ── one row per outcome ─────────────────────────────────────────────────
 
 
 def test_completed_is_a_plain_completed_row() -> None:
     batch = new_batch()
-    batch.completed(1, 10, NOW)
+    completed(batch, 1, 10, NOW)
     assert only_row(batch) == Row(1, 10, "completed", None, 0, None)
 
 
 def test_retry_after_with_attempts_left_is_retryable_after_the_delay() -> None:
     batch = new_batch()
-    state = batch.retry_after(
+    state = retry_after(batch, 
         2, 20, attempt_no=1, max_attempts=25, crashes=0, delay_s=30.0, now=NOW
     )
     assert state == "retryable"
@@ -78,7 +142,7 @@ def test_retry_after_with_attempts_left_is_retryable_after_the_delay() -> None:
 
 def test_retry_after_without_attempts_left_fails_the_job() -> None:
     batch = new_batch()
-    state = batch.retry_after(3, 30, attempt_no=3, max_attempts=3, crashes=0, delay_s=1.0, now=NOW)
+    state = retry_after(batch, 3, 30, attempt_no=3, max_attempts=3, crashes=0, delay_s=1.0, now=NOW)
     assert state == "failed"
     assert only_row(batch) == Row(
         3,
@@ -98,26 +162,26 @@ def test_retry_after_without_attempts_left_fails_the_job() -> None:
 
 def test_retry_after_does_not_count_crashes_as_attempts() -> None:
     batch = new_batch()
-    state = batch.retry_after(4, 40, attempt_no=3, max_attempts=2, crashes=2, delay_s=5.0, now=NOW)
+    state = retry_after(batch, 4, 40, attempt_no=3, max_attempts=2, crashes=2, delay_s=5.0, now=NOW)
     assert state == "retryable"
 
 
 def test_a_negative_delay_counts_as_none() -> None:
     batch = new_batch()
-    batch.retry_after(1, 1, 1, 25, 0, -5.0, NOW)
-    batch.snooze(2, 2, -5.0, NOW)
-    assert [row.delay_s for row in rows(batch.take())] == [0.0, 0.0]
+    retry_after(batch, 1, 1, 1, 25, 0, -5.0, NOW)
+    snooze(batch, 2, 2, -5.0, NOW)
+    assert [row.delay_s for row in rows(batch.take().params())] == [0.0, 0.0]
 
 
 def test_snooze_is_scheduled_and_refunds_the_attempt() -> None:
     batch = new_batch()
-    batch.snooze(5, 50, 12.5, NOW)
+    snooze(batch, 5, 50, 12.5, NOW)
     assert only_row(batch) == Row(5, 50, "scheduled", 12.5, 1, None)
 
 
 def test_cancelled_records_the_reason() -> None:
     batch = new_batch()
-    batch.cancelled(6, 60, 2, "not needed any more", NOW)
+    cancelled(batch, 6, 60, 2, "not needed any more", NOW)
     assert only_row(batch) == Row(
         6,
         60,
@@ -130,7 +194,7 @@ def test_cancelled_records_the_reason() -> None:
 
 def test_failed_terminal_records_the_error_and_traceback() -> None:
     batch = new_batch()
-    batch.failed_terminal(7, 70, 1, "ValueError", "boom", "Traceback …\nValueError: boom", NOW)
+    failed_terminal(batch, 7, 70, 1, "ValueError", "boom", "Traceback …\nValueError: boom", NOW)
     assert only_row(batch) == Row(
         7,
         70,
@@ -150,7 +214,7 @@ def test_failed_terminal_records_the_error_and_traceback() -> None:
 
 def test_an_error_without_a_traceback_has_no_traceback_entry() -> None:
     batch = new_batch()
-    batch.failed_terminal(7, 70, 1, "ValueError", "boom", None, NOW)
+    failed_terminal(batch, 7, 70, 1, "ValueError", "boom", None, NOW)
     error = only_row(batch).error
     assert error is not None
     assert "traceback" not in error
@@ -158,7 +222,7 @@ def test_an_error_without_a_traceback_has_no_traceback_entry() -> None:
 
 def test_failed_with_attempts_left_is_retryable_with_backoff() -> None:
     batch = new_batch()
-    assert batch.failed(8, 80, 1, 25, 0, "OSError", "disk full", None, NOW) == "retryable"
+    assert failed(batch, 8, 80, 1, 25, 0, "OSError", "disk full", None, NOW) == "retryable"
     row = only_row(batch)
     assert (row.state, row.refund) == ("retryable", 0)
     assert in_backoff_range(row.delay_s, failures=1)
@@ -172,7 +236,7 @@ def test_failed_with_attempts_left_is_retryable_with_backoff() -> None:
 
 def test_failed_on_the_last_attempt_fails_the_job() -> None:
     batch = new_batch()
-    assert batch.failed(9, 90, 25, 25, 0, "OSError", "disk full", "tb", NOW) == "failed"
+    assert failed(batch, 9, 90, 25, 25, 0, "OSError", "disk full", "tb", NOW) == "failed"
     row = only_row(batch)
     assert (row.state, row.delay_s) == ("failed", None)
     assert row.error is not None
@@ -182,14 +246,14 @@ def test_failed_on_the_last_attempt_fails_the_job() -> None:
 def test_backoff_counts_failures_not_crashes() -> None:
     batch = new_batch()
     # Third claim, two of which crashed: this is the first failure.
-    assert batch.failed(1, 1, 3, 2, 2, "E", "m", None, NOW) == "retryable"
+    assert failed(batch, 1, 1, 3, 2, 2, "E", "m", None, NOW) == "retryable"
     assert in_backoff_range(only_row(batch).delay_s, failures=1)
 
 
 @pytest.mark.parametrize("attempt", [1, 2, 5, 10, 16, 17, 30, 999])
 def test_backoff_grows_as_two_to_the_failures_and_caps_at_a_day(attempt: int) -> None:
     batch = new_batch()
-    batch.failed(1, 1, attempt, 1000, 0, "E", "m", None, NOW)
+    failed(batch, 1, 1, attempt, 1000, 0, "E", "m", None, NOW)
     assert in_backoff_range(only_row(batch).delay_s, failures=attempt)
 
 
@@ -198,15 +262,15 @@ def test_the_same_seed_gives_the_same_jitter() -> None:
     for _ in range(2):
         batch = new_batch(seed=42)
         for job_id in range(1, 6):
-            batch.failed(job_id, 1, 3, 25, 0, "E", "m", None, NOW)
-        delays.append([row.delay_s for row in rows(batch.take())])
+            failed(batch, job_id, 1, 3, 25, 0, "E", "m", None, NOW)
+        delays.append([row.delay_s for row in rows(batch.take().params())])
     assert delays[0] == delays[1]
     assert len(set(delays[0])) == 5, "each failure draws its own jitter"
 
 
 def test_nul_in_error_text_is_replaced_so_the_entry_stays_valid_jsonb() -> None:
     batch = new_batch()
-    batch.failed_terminal(1, 1, 1, "Bad\0Type", "line\0two", "tb\0", NOW)
+    failed_terminal(batch, 1, 1, 1, "Bad\0Type", "line\0two", "tb\0", NOW)
     error = only_row(batch).error
     assert error is not None
     assert (error["type"], error["message"], error["traceback"]) == (
@@ -218,7 +282,7 @@ def test_nul_in_error_text_is_replaced_so_the_entry_stays_valid_jsonb() -> None:
 
 def test_long_messages_keep_their_head_and_say_how_much_was_cut() -> None:
     batch = new_batch()
-    batch.cancelled(1, 1, 1, "m" * 2_000 + "x" * 500, NOW)
+    cancelled(batch, 1, 1, 1, "m" * 2_000 + "x" * 500, NOW)
     error = only_row(batch).error
     assert error is not None
     assert error["message"] == "m" * 2_000 + "… [500 more characters]"
@@ -226,7 +290,7 @@ def test_long_messages_keep_their_head_and_say_how_much_was_cut() -> None:
 
 def test_long_tracebacks_keep_their_tail() -> None:
     batch = new_batch()
-    batch.failed_terminal(1, 1, 1, "E", "m", "x" * 1_000 + "t" * 4_000, NOW)
+    failed_terminal(batch, 1, 1, 1, "E", "m", "x" * 1_000 + "t" * 4_000, NOW)
     error = only_row(batch).error
     assert error is not None
     assert error["traceback"] == "[1000 earlier characters] …" + "t" * 4_000
@@ -243,8 +307,8 @@ def test_an_empty_batch_is_never_due() -> None:
 
 def test_a_batch_is_due_when_the_oldest_row_is_old_enough() -> None:
     batch = new_batch(max_rows=100, max_age_s=0.25)
-    batch.completed(1, 1, NOW)
-    batch.completed(2, 2, NOW + 0.2)
+    completed(batch, 1, 1, NOW)
+    completed(batch, 2, 2, NOW + 0.2)
     assert batch.is_due(NOW + 0.125) is False
     assert batch.due_in(NOW + 0.125) == pytest.approx(0.125)
     assert batch.is_due(NOW + 0.25) is True
@@ -254,9 +318,9 @@ def test_a_batch_is_due_when_the_oldest_row_is_old_enough() -> None:
 def test_a_batch_is_due_as_soon_as_it_is_full() -> None:
     batch = new_batch(max_rows=3, max_age_s=60.0)
     for job_id in range(1, 3):
-        batch.completed(job_id, 1, NOW)
+        completed(batch, job_id, 1, NOW)
     assert batch.is_due(NOW) is False
-    batch.snooze(3, 1, 1.0, NOW)
+    snooze(batch, 3, 1, 1.0, NOW)
     assert len(batch) == 3
     assert batch.is_due(NOW) is True
     assert batch.due_in(NOW) == 0.0
@@ -264,23 +328,23 @@ def test_a_batch_is_due_as_soon_as_it_is_full() -> None:
 
 def test_take_hands_out_at_most_one_batch_oldest_first() -> None:
     batch = new_batch(max_rows=2, max_age_s=0.25)
-    batch.completed(1, 10, NOW)
-    batch.snooze(2, 20, 1.0, NOW)
-    batch.cancelled(3, 30, 1, "no", NOW)
-    assert [row.id for row in rows(batch.take())] == [1, 2]
+    completed(batch, 1, 10, NOW)
+    snooze(batch, 2, 20, 1.0, NOW)
+    cancelled(batch, 3, 30, 1, "no", NOW)
+    assert [row.id for row in rows(batch.take().params())] == [1, 2]
     assert len(batch) == 1
     assert batch.due_in(NOW) == 0.0  # left over from a due batch: due at once
-    assert [row.id for row in rows(batch.take())] == [3]
+    assert [row.id for row in rows(batch.take().params())] == [3]
     assert len(batch) == 0
-    assert batch.take() == ([], [], [], [], [], [])
+    assert batch.take().params() == ([], [], [], [], [], [])
     assert batch.is_due(NOW + 100) is False
 
 
 def test_the_age_trigger_restarts_after_take() -> None:
     batch = new_batch(max_rows=100, max_age_s=1.0)
-    batch.completed(1, 1, NOW)
+    completed(batch, 1, 1, NOW)
     batch.take()
-    batch.completed(2, 2, NOW + 10)
+    completed(batch, 2, 2, NOW + 10)
     assert batch.is_due(NOW + 10.5) is False
     assert batch.due_in(NOW + 10.5) == pytest.approx(0.5)
 
@@ -400,3 +464,25 @@ def test_the_python_dead_letter_reasons_are_the_cores():
     from awa.dead_letters import DeadLetterReason
 
     assert [reason.value for reason in DeadLetterReason] == list(_core.FAILURE_REASONS)
+
+
+def test_record_refuses_an_unknown_outcome_and_a_missing_delay() -> None:
+    batch = new_batch()
+    with pytest.raises(ValueError, match="unknown outcome"):
+        batch.record(1, 1, 1, 1, 0, "exploded", NOW)
+    with pytest.raises(ValueError, match="delay_s"):
+        batch.record(1, 1, 1, 1, 0, "snooze", NOW)
+    assert len(batch) == 0
+
+
+def test_a_taken_flush_lists_its_ids_and_can_lose_a_row() -> None:
+    batch = new_batch()
+    for job_id in (1, 2, 3):
+        completed(batch, job_id, job_id * 10, NOW)
+    assert batch.ids() == [1, 2, 3]
+    flush = batch.take()
+    assert (flush.ids, len(flush), len(batch)) == ([1, 2, 3], 3, 0)
+    assert flush.remove(2) is True
+    assert flush.remove(2) is False
+    assert [row.id for row in rows(flush.params())] == [1, 3]
+    assert [row.run_lease for row in rows(flush.params())] == [10, 30]

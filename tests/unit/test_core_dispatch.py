@@ -259,3 +259,15 @@ def test_a_zero_claim_batch_is_refused() -> None:
 def test_a_zero_global_cap_is_refused() -> None:
     with pytest.raises(ValueError, match="global_max_workers must be at least 1"):
         _core.Dispatcher([("q", 1)], 10, global_max_workers=0)
+
+
+def test_a_failed_claim_keeps_its_queues_ready() -> None:
+    dispatcher = _core.Dispatcher([("q", 4)], 10)
+    first = dispatcher.plan_claim()
+    assert first is not None
+    dispatcher.settle_claim(first[0], failed=True)
+    assert dispatcher.can_claim(), "a failed claim learned nothing about the queue"
+    second = dispatcher.plan_claim()
+    assert second is not None and second[2] == [4]
+    dispatcher.settle_claim(second[0])  # came back empty: drained until woken
+    assert not dispatcher.can_claim()

@@ -1,101 +1,135 @@
 """Leader election: one worker per database runs maintenance.
 
-Overview: leadership is a session-level advisory lock held on one pooled
-connection. Every worker tries to take it every ``leader_election_interval``;
-the one that holds it runs the scheduler, the rescuer and the pruner. If the leader's
-process dies, PostgreSQL drops its connection and the lock with it, so a
-survivor takes over at its next try.
+Overview: leadership is a lease row (``awa.leaders``, role
+``maintenance``), not a session lock, so it works through a pooler in
+transaction mode and lapses when its holder stops acting, not only when its
+connection drops. Every worker tries to take the role every
+``leader_election_interval``; the one that holds it renews its lease every
+third of ``leader_lease`` and runs the scheduler, the rescuer and the
+pruner, each supervised (restarted with backoff when it raises).
 
-State model: follower → (lock acquired) → leader → (stop, or the connection
-fails its liveness check) → follower.
+State model: follower → (claim returned a term) → leader → (a renewal found
+another holder, or no renewal succeeded within the lease, or stop) →
+follower. A leader that dies, hangs, or whose event loop is blocked stops
+renewing; its lease runs out and another worker takes over within
+``leader_lease`` plus one election interval. A leader that stops cleanly
+gives the role up at once.
 
-Failure handling: a leader whose connection breaks stops its services at
-once. Two leaders at the same time (a connection PostgreSQL has not yet
-noticed is dead) is harmless: every maintenance write is guarded and uses
+Failure handling: election and renewal errors are retried at the next
+interval (and reported to the worker's health); a leader whose renewals
+fail keeps leading until its lease would have run out, measured on its own
+clock from before the last successful renewal was sent, then stops its
+services. Two leaders at once for a moment (a former leader that has not
+noticed yet) is harmless: every maintenance write is guarded and uses
 ``SKIP LOCKED``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, Final
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database, session_changed
+from awa.db import Database
+from awa.worker.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.leader")
 
-# Arbitrary but fixed: the advisory lock key every awa worker competes for.
-LEADER_LOCK_KEY: Final = 0x61_77_61_6C_65_61_64  # "awalead"
+ROLE: Final = "maintenance"
+SERVICE: Final = "leader"
 
 ServiceFactory = Callable[[], Coroutine[Any, Any, None]]
 
 
 class Leader:
     def __init__(
-        self, db: Database, services: list[ServiceFactory], election_interval_s: float
+        self,
+        db: Database,
+        worker_id: int,
+        services: Sequence[tuple[str, ServiceFactory]],
+        health: Health,
+        *,
+        election_interval_s: float,
+        lease_s: float,
     ) -> None:
         self._db = db
-        self._services = services
-        self._interval_s = election_interval_s
+        self._worker_id = worker_id
+        self._services = list(services)
+        self._health = health
+        self._election_interval_s = election_interval_s
+        self._lease_s = lease_s
+        self._renew_interval_s = lease_s / 3
         self._stop = asyncio.Event()
+        self._supervisor = Supervisor(health)
+        self._term: int | None = None
+        self._lease_until = 0.0
         self.is_leader = False
         self.became_leader = asyncio.Event()
+        self.terms = 0
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                async with self._db.pool.acquire() as connection:
-                    await self._compete(connection)
-            except TRANSIENT_ERRORS as error:
-                log.warning("leader election failed (%s)", error)
-            await self._pause(self._interval_s)
-
-    async def _compete(self, connection: Any) -> None:
-        while not self._stop.is_set():
-            session_changed(connection)  # it may hold the leader lock when released
-            if await self._db.fetchval("locks_try_leader", LEADER_LOCK_KEY, connection=connection):
-                try:
-                    await self._lead(connection)
-                finally:
-                    await self._resign(connection)
-                return
-            await self._pause(self._interval_s)
-
-    async def _lead(self, connection: Any) -> None:
-        self.is_leader = True
-        self.became_leader.set()
-        log.info("this worker is now the maintenance leader")
-        tasks = [asyncio.create_task(service()) for service in self._services]
         try:
             while not self._stop.is_set():
-                failed = [task for task in tasks if task.done()]
-                if failed:
-                    for task in failed:
-                        if not task.cancelled() and task.exception() is not None:
-                            log.error("maintenance service stopped", exc_info=task.exception())
-                    return
-                await self._pause(self._interval_s)
-                # Liveness: a broken connection means the lock is gone too.
-                await self._db.fetchval("locks_check_connection", connection=connection)
+                await self._elect_or_renew()
+                interval = self._renew_interval_s if self.is_leader else self._election_interval_s
+                await wait_for_event(self._stop, interval)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.is_leader = False
-            self.became_leader.clear()
+            await self._step_down(resign=True)
 
-    async def _resign(self, connection: Any) -> None:
-        if connection.is_closed():
+    async def _elect_or_renew(self) -> None:
+        sent_at = time.monotonic()
+        try:
+            term = await self._db.fetchval("leaders_claim", ROLE, self._worker_id, self._lease_s)
+        except Exception as error:  # noqa: BLE001 - try again at the next interval
+            self._health.failed(SERVICE, error)
+            log.warning("leader election failed (%s: %s)", type(error).__name__, error)
+            if self.is_leader and time.monotonic() >= self._lease_until:
+                log.warning("could not renew the maintenance lease in time; stepping down")
+                await self._step_down(resign=False)
             return
-        with contextlib.suppress(*TRANSIENT_ERRORS):
-            await self._db.fetchval("locks_release_leader", LEADER_LOCK_KEY, connection=connection)
+        self._health.ok(SERVICE)
+        if term is None:
+            if self.is_leader:
+                log.warning("another worker took over maintenance; stepping down")
+                await self._step_down(resign=False)
+            return
+        self._lease_until = sent_at + self._lease_s
+        if self.is_leader and term == self._term:
+            return
+        if self.is_leader:
+            # Our lease lapsed and we took the role again: the services never stopped.
+            self._term = term
+            return
+        self._term = term
+        self.terms += 1
+        self.is_leader = True
+        self.became_leader.set()
+        log.info("this worker is now the maintenance leader (term %d)", term)
+        for name, service in self._services:
+            self._supervisor.spawn(name, service)
 
-    async def _pause(self, seconds: float) -> None:
-        await wait_for_event(self._stop, seconds)
+    async def _step_down(self, *, resign: bool) -> None:
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        self.became_leader.clear()
+        await self._supervisor.cancel_all()
+        for name, _service in self._services:
+            self._health.forget(name)
+        term, self._term = self._term, None
+        if resign and term is not None:
+            try:
+                await asyncio.wait_for(
+                    self._db.execute("leaders_resign", ROLE, self._worker_id, term), 5.0
+                )
+            except Exception as error:  # noqa: BLE001 - the lease runs out on its own
+                log.warning("could not give up the maintenance lease (%s)", error)

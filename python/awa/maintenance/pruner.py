@@ -16,12 +16,15 @@ Failure handling: a failed pass is logged and retried at the next tick.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from awa.db import Database
+from awa.maintenance.passes import run_passes
+
+if TYPE_CHECKING:
+    from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.pruner")
 
@@ -48,13 +51,11 @@ class Pruner:
         self._override_seconds = [float(seconds) for seconds in overrides.values()]
         self.pruned = 0
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.prune_once()
-            except Exception as error:  # noqa: BLE001 - keep pruning after a failed pass
-                log.warning("pruning finished jobs failed (%s: %s)", type(error).__name__, error)
-            await asyncio.sleep(self._interval_s)
+    async def run(self, health: Health | None = None) -> None:
+        await run_passes("pruner", self._pass, self._interval_s, health, log)
+
+    async def _pass(self) -> None:
+        await self.prune_once()
 
     async def prune_once(self) -> int:
         """One pass; returns how many jobs were deleted."""

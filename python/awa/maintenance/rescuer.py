@@ -36,11 +36,10 @@ nothing is half-applied (each pass is one statement per step).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa.db import Database
@@ -48,6 +47,10 @@ from awa.errors import FollowUpError
 from awa.events import RescueReason
 from awa.hooks import RESCUED, Transition
 from awa.lifecycle import Lifecycle
+from awa.maintenance.passes import run_passes
+
+if TYPE_CHECKING:
+    from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.rescuer")
 
@@ -79,13 +82,11 @@ class Rescuer:
         self._quarantine_window_s = quarantine_window_s
         self.rescued = 0
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.rescue_once()
-            except Exception as error:  # noqa: BLE001 - keep rescuing after a failed pass
-                log.warning("rescuing orphaned jobs failed (%s: %s)", type(error).__name__, error)
-            await asyncio.sleep(self._interval_s)
+    async def run(self, health: Health | None = None) -> None:
+        await run_passes("rescuer", self._pass, self._interval_s, health, log)
+
+    async def _pass(self) -> None:
+        await self.rescue_once()
 
     async def rescue_once(self) -> int:
         """One pass; returns how many jobs were rescued."""
@@ -177,11 +178,11 @@ class Rescuer:
             decisions = _core.CompletionBatch(len(rows), 0.0, random.getrandbits(64))
             now = time.monotonic()
             for row in rows:
-                decisions.failed(
+                decisions.record(
                     row["id"], row["run_lease"], row["attempt"], row["max_attempts"],
-                    row["crashes"], error_type, message, None, now,
+                    row["crashes"], "failed", now, None, error_type, message, None,
                 )  # fmt: skip
-            ids, leases, states, delays, _refunds, errors = decisions.take()
+            ids, leases, states, delays, _refunds, errors = decisions.take().params()
             changed = await self._db.fetch("jobs_rescue", ids, leases, states, delays, errors, why)
             expired += len(changed)
             if changed:

@@ -12,10 +12,14 @@ Failure handling: a failed pass is logged and retried at the next tick.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from awa.db import Database
+from awa.maintenance.passes import run_passes
+
+if TYPE_CHECKING:
+    from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.scheduler")
 
@@ -29,14 +33,8 @@ class Scheduler:
         self._batch_size = batch_size
         self.promoted = 0
 
-    async def run(self) -> None:
-        while True:
-            try:
-                delay = await self.promote_once()
-            except Exception as error:  # noqa: BLE001 - keep promoting after a failed pass
-                log.warning("promoting due jobs failed (%s: %s)", type(error).__name__, error)
-                delay = self._interval_s
-            await asyncio.sleep(delay)
+    async def run(self, health: Health | None = None) -> None:
+        await run_passes("scheduler", self.promote_once, self._interval_s, health, log)
 
     async def promote_once(self) -> float:
         """One pass; returns how long to sleep before the next."""

@@ -215,7 +215,9 @@ WITH wanted AS (
 UPDATE awa.jobs AS jobs
 SET state = 'running',
     attempt = jobs.attempt + 1,
-    run_lease = jobs.run_lease + 1,
+    -- Above any lease handed out before the server last started (see
+    -- awa.run_lease_floor): a claim a crash forgot is never repeated.
+    run_lease = greatest(jobs.run_lease, awa.run_lease_floor()) + 1,
     attempted_at = now(),
     worker_id = $3,
     -- The job's own timeout, else its kind's, else its queue's; never past
@@ -250,7 +252,9 @@ WITH picked AS (
 UPDATE awa.jobs AS jobs
 SET state = 'running',
     attempt = jobs.attempt + 1,
-    run_lease = jobs.run_lease + 1,
+    -- Above any lease handed out before the server last started (see
+    -- awa.run_lease_floor): a claim a crash forgot is never repeated.
+    run_lease = greatest(jobs.run_lease, awa.run_lease_floor()) + 1,
     attempted_at = now(),
     worker_id = $3,
     attempt_deadline_at = NULL  -- awa.testing applies the task's timeout itself
@@ -793,3 +797,8 @@ FROM awa.jobs
 WHERE $1 = ANY (tags)
 GROUP BY kind, state
 ORDER BY kind, state;
+
+-- name: jobs_running_on_worker
+-- The jobs the database says worker $1 is running (the reconciler gives
+-- back those the worker does not hold).
+SELECT id, run_lease FROM awa.jobs WHERE worker_id = $1 AND state = 'running';

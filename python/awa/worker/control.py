@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from awa.db import Database
     from awa.job import Job
+    from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.control")
 
@@ -39,6 +40,7 @@ CHANNEL: Final = "awa_control"
 WAIT_POLL_INTERVAL_S: Final = 2.0
 #: How often a worker reloads the quarantined fingerprints without being told.
 QUARANTINE_RELOAD_S: Final = 30.0
+QUARANTINE_SERVICE: Final = "quarantine"
 
 
 def fingerprint(kind: str, args_json: str) -> bytes:
@@ -51,14 +53,18 @@ def fingerprint(kind: str, args_json: str) -> bytes:
 class JobControl:
     """Who in this process watches which job, and waking them."""
 
-    def __init__(self, on_resumed: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_cancel: Callable[[int], None] | None = None,
+        on_resumed: Callable[[Any], None] | None = None,
+    ) -> None:
         self._watchers: dict[int, asyncio.Event] = {}
         self._cancelled: set[int] = set()
         #: Quarantined fingerprints: claimed jobs with one are held, not run.
         self.held: frozenset[bytes] = frozenset()
         self.reload_held = asyncio.Event()
         #: Called with the job id when a cancellation of a job arrives.
-        self.on_cancel: Callable[[int], None] | None = None
+        self.on_cancel = on_cancel
         #: Called with the job's row when a handler waiting in place resumes
         #: (the worker emits ``Started``: the job re-entered execution).
         self.on_resumed = on_resumed
@@ -95,15 +101,19 @@ class JobControl:
         """Whether a claimed job's fingerprint is quarantined."""
         return bool(self.held) and fingerprint(kind, args_json) in self.held
 
-    async def watch_quarantine(self, db: Database) -> None:
+    async def watch_quarantine(self, db: Database, health: Health | None = None) -> None:
         """Keeps :attr:`held` current: at start, when told, and every
         ``QUARANTINE_RELOAD_S`` in case a message was lost."""
         while True:
             try:
                 rows = await db.fetch("quarantine_held")
                 self.held = frozenset(bytes(row["fingerprint"]) for row in rows)
+                if health is not None:
+                    health.ok(QUARANTINE_SERVICE)
             except Exception as error:  # noqa: BLE001 - keep the last known set
                 log.warning("reloading quarantined fingerprints failed (%s)", error)
+                if health is not None:
+                    health.failed(QUARANTINE_SERVICE, error)
             await _wait(self.reload_held, QUARANTINE_RELOAD_S)
             self.reload_held.clear()
 

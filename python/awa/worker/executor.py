@@ -1,0 +1,260 @@
+"""The executor: runs one handler per claimed job and hands its outcome on.
+
+Overview: the producer hands each claimed row to :meth:`Executor.start`,
+which builds the :class:`~awa.RunningJob` and runs its handler in a task of
+its own (sync ``def`` handlers run in a thread pool). When the handler
+returns or raises, :mod:`awa.worker.outcome` turns that into an
+:class:`~awa.worker.outcome.Outcome`, which goes to the completer as a value
+(``completer.record(job, outcome)``); the slot is freed and the producer
+told. Nothing here waits on the database.
+
+Failure handling: a handler cancelled by shutdown records nothing; the
+worker releases its job. Anything else a handler does, including raising
+``CancelledError`` on its own, is an outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import datetime
+import functools
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from awa import _core
+from awa.db import Database
+from awa.errors import AttemptTimeout, UnknownJobKind
+from awa.followups import FollowUpStage
+from awa.hooks import STARTED, Transition
+from awa.job import Job
+from awa.lifecycle import Lifecycle
+from awa.tasks import Task
+from awa.worker import outcome
+from awa.worker.attempt import RunningJob
+from awa.worker.control import JobControl
+
+if TYPE_CHECKING:
+    from awa.worker.completer import Completer
+    from awa.worker.producer import ClaimSignal
+
+log = logging.getLogger("awa.executor")
+
+JOB_TASK_PREFIX = "awa-job-"
+
+
+class Executor:
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        dispatcher: _core.Dispatcher,
+        completer: Completer,
+        claims: ClaimSignal,
+        db: Database,
+        threads: int,
+    ) -> None:
+        self._lifecycle = lifecycle
+        self._registry = lifecycle.registry
+        self._dispatcher = dispatcher
+        self._completer = completer
+        self._claims = claims
+        self._db = db
+        #: Messages about running jobs (cancel, resume, quarantine) land here.
+        self.control = JobControl(on_cancel=self.cancel_requested, on_resumed=self.resumed)
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._jobs: dict[int, RunningJob[Any]] = {}
+        # Running jobs whose task set interrupt_on_cancel, and those of them
+        # interrupted by a cancellation (their attempts record nothing).
+        self._interruptible: set[int] = set()
+        self._cancelled_on_request: set[int] = set()
+        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="awa-handler")
+        self._shutting_down = False
+        self.finished = 0
+
+    def start(self, row: Any, plan_id: int) -> None:
+        """Starts the handler for a row claimed by plan ``plan_id``."""
+        task_def = self._registry.by_kind.get(row["kind"])
+        decode = task_def.decode_args if task_def is not None else None
+        if not self._dispatcher.start(plan_id, row["id"], row["run_lease"], row["queue"]):
+            # The claim returned more than was asked, or a job this worker
+            # already runs (a claim the server forgot and handed out again):
+            # the reconciler gives it back.
+            log.error("claimed job %d without a free slot; leaving it claimed", row["id"])
+            return
+        control = self.control
+        if control.holds(row["kind"], row["args"]):
+            job: RunningJob[Any] = RunningJob.claimed(row, decode, None, self._db, control)
+            self._running[job.id] = asyncio.create_task(self._hold(job), name=f"awa-hold-{job.id}")
+            return
+        stage = FollowUpStage(self._registry)
+        job = RunningJob.claimed(row, decode, stage, self._db, control)
+        if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
+            self._interruptible.add(job.id)
+        budget_s = _attempt_budget(row, job, task_def)
+        self._jobs[job.id] = job
+        self._running[job.id] = asyncio.create_task(
+            self._run(job, stage, task_def, budget_s), name=f"{JOB_TASK_PREFIX}{job.id}"
+        )
+        hooks = self._lifecycle.hooks
+        if hooks.wants(job.kind):
+            # A job of its own: the handler's may be changed by the handler.
+            hooks.emit(Transition(STARTED, Job.from_record(row, decode)))
+
+    def describe(self, job_id: int) -> str | None:
+        """``kind (handler)`` of a job running here, for logs."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        task_def = self._registry.by_kind.get(job.kind)
+        handler = "no handler" if task_def is None else _qualified_name(task_def.handler)
+        return f"job {job_id} ({job.kind}: {handler})"
+
+    @property
+    def running_ids(self) -> set[int]:
+        return set(self._running)
+
+    async def _hold(self, job: RunningJob[Any]) -> None:
+        """The job's fingerprint is quarantined: give it back unrun, parked
+        until the quarantine is released."""
+        try:
+            await self._db.fetchval("jobs_hold", job.id, job.run_lease)
+            log.warning("job %d (%s) is held: its fingerprint is quarantined", job.id, job.kind)
+        except Exception as error:  # noqa: BLE001 - the reconciler gives it back if this failed
+            log.error("holding quarantined job %d failed (%s)", job.id, error)
+        finally:
+            self._running.pop(job.id, None)
+            self._claims.slot_freed(self._dispatcher.finish(job.id))
+
+    def cancel_requested(self, job_id: int) -> None:
+        """The job was cancelled on request: a handler that opted in is
+        interrupted (its attempt then records nothing: the job is already
+        cancelled)."""
+        task = self._running.get(job_id)
+        if task is None:
+            return  # not running here
+        self.control.mark_cancelled(job_id)
+        if job_id in self._interruptible:
+            self._cancelled_on_request.add(job_id)
+            task.cancel("the job was cancelled on request")
+
+    def resumed(self, row: Any) -> None:
+        """A handler waiting in place was resumed by its callback: the job
+        re-entered execution, so ``Started`` fires again."""
+        hooks = self._lifecycle.hooks
+        if hooks.wants(row["kind"]):
+            hooks.emit(Transition(STARTED, self._lifecycle.committed_job(row)))
+
+    async def _run(
+        self,
+        job: RunningJob[Any],
+        stage: FollowUpStage,
+        task_def: Task | None,
+        budget_s: float | None,
+    ) -> None:
+        started = time.monotonic()
+        try:
+            try:
+                result = await self._call_handler(job, task_def, budget_s)
+            finally:
+                stage.seal()  # staging closes when the handler returns or raises
+        except asyncio.CancelledError:
+            if job.id in self._cancelled_on_request:
+                # The job is already cancelled; any write would be refused.
+                stage.discard()
+                self._finish(job)
+                return
+            current = asyncio.current_task()
+            if self._shutting_down and current is not None and current.cancelling():
+                # Shutdown interrupted the handler: the worker releases the job.
+                self._forget(job)
+                stage.discard()
+                raise
+            decided = outcome.of_error(asyncio.CancelledError("the handler was cancelled"))
+        except Exception as error:  # noqa: BLE001 - every exception is an outcome
+            decided = outcome.of_error(error)
+        else:
+            decided = outcome.of_result(job, result, time.monotonic() - started)
+        self._completer.record(job, decided)
+        self._finish(job)
+
+    async def _call_handler(
+        self, job: RunningJob[Any], task_def: Task | None, budget_s: float | None
+    ) -> Any:
+        if task_def is None:
+            raise UnknownJobKind(
+                f"no task handles kind {job.kind!r} in this worker "
+                f"(known: {sorted(self._registry.by_kind)})"
+            )
+        job.args  # noqa: B018 - decode now: bad arguments are this attempt's failure
+        if task_def.is_async:
+            if budget_s is None:
+                return await task_def.handler(job)
+            async with asyncio.timeout(budget_s) as scope:
+                try:
+                    return await task_def.handler(job)
+                except asyncio.CancelledError:
+                    if scope.expired():
+                        raise AttemptTimeout(_timeout_message(budget_s)) from None
+                    raise
+        context = contextvars.copy_context()
+        call = functools.partial(context.run, task_def.handler, job)
+        running = asyncio.get_running_loop().run_in_executor(self._threads, call)
+        if budget_s is None:
+            return await running
+        try:
+            return await asyncio.wait_for(running, budget_s)
+        except TimeoutError:
+            log.warning(
+                "job %d (%s): the sync handler passed its %gs deadline; its thread runs on "
+                "until it returns, but the attempt is recorded as timed out",
+                job.id, job.kind, budget_s,
+            )  # fmt: skip
+            raise AttemptTimeout(_timeout_message(budget_s)) from None
+
+    def _forget(self, job: RunningJob[Any]) -> None:
+        self._running.pop(job.id, None)
+        self._jobs.pop(job.id, None)
+        self._interruptible.discard(job.id)
+        self._cancelled_on_request.discard(job.id)
+        self.control.forget(job.id)
+
+    def _finish(self, job: RunningJob[Any]) -> None:
+        self._forget(job)
+        self.finished += 1
+        self._claims.slot_freed(self._dispatcher.finish(job.id))
+
+    async def stop(self, timeout_s: float) -> None:
+        """Waits up to ``timeout_s`` for running handlers, then cancels the rest
+        (they record nothing; their jobs stay held for the worker to release)."""
+        pending = set(self._running.values())
+        if pending:
+            _done, pending = await asyncio.wait(pending, timeout=max(timeout_s, 0.0))
+        if pending:
+            self._shutting_down = True
+            for task in pending:
+                task.cancel()
+            # Give cancelled handlers a moment to unwind (finally blocks).
+            await asyncio.wait(pending, timeout=1.0)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _qualified_name(function: Any) -> str:
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None) or repr(function)
+    return f"{module}.{name}" if module else name
+
+
+def _attempt_budget(row: Any, job: Job[Any], task_def: Task | None) -> float | None:
+    """Seconds this attempt may run: until the deadline the claim set
+    (measured from when it started, so clocks need not agree), else the
+    task's own timeout (claims that set no deadline)."""
+    deadline: datetime.datetime | None = row.get("attempt_deadline_at")
+    if deadline is not None and job.attempted_at is not None:
+        return max((deadline - job.attempted_at).total_seconds(), 0.0)
+    return None if task_def is None else task_def.timeout_s
+
+
+def _timeout_message(budget_s: float) -> str:
+    return f"the attempt ran past its {budget_s:g}s deadline and was cancelled"

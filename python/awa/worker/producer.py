@@ -1,0 +1,260 @@
+"""The producer: claims batches of jobs and hands them to the executor.
+
+Overview: ``claim_concurrency`` claimers per worker process, each a
+supervised service with a connection of its own. A claimer asks the Rust
+dispatcher how many jobs each queue can take (the plan reserves those
+slots), claims them all in one statement (``jobs_claim``: ``FOR UPDATE SKIP
+LOCKED``, priority order), and starts a handler per row. While one claim is
+in flight, slots freed meanwhile are claimed by the next claimer. A claimer
+sleeps when no queue can take work and wakes through its
+:class:`ClaimSignal`: a notification for one of its queues, a freed slot, or
+the poll timer (the fallback when notifications are lost).
+
+Claims commit with ``synchronous_commit = off``: if the database crashes
+and forgets a claim, the job simply becomes available again; the run lease
+the next claim hands out is above any the forgotten one had
+(``awa.run_lease_floor``), so that attempt's outcome is refused.
+
+Failure handling: a failed claim gives back its reservation without marking
+its queues empty, and the claimer retries at once on a fresh connection,
+then with backoff while it keeps failing. A claim is never cancelled half
+way: stopping waits for the statement in flight, so no job is claimed
+without being started. A claim can still commit on the server and lose its
+reply (the connection dropped in between): the reconciler compares what the
+database says this worker runs with what it holds, after any failed claim
+and every ``reconcile_interval``, and gives back the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from awa import _core
+from awa._events import wait_for_event
+from awa.db import TRANSIENT_ERRORS, Database, release_quietly, session_changed
+
+if TYPE_CHECKING:
+    from awa.worker.completer import Completer
+    from awa.worker.executor import Executor
+    from awa.worker.supervisor import Health
+
+log = logging.getLogger("awa.producer")
+
+RETRY_DELAY_S: Final = 0.05
+MAX_RETRY_DELAY_S: Final = 2.0
+#: While this many outcomes (per worker slot) wait to be written, claiming pauses.
+BACKLOG_PER_SLOT: Final = 4
+BACKLOG_WAIT_S: Final = 0.05
+
+
+class ClaimSignal:
+    """Tells idle claimers there may be work: a queue may have jobs
+    (notifications, poll ticks), or a slot was freed."""
+
+    def __init__(self, dispatcher: _core.Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._event = asyncio.Event()
+
+    def ready(self, queue: str | None = None) -> None:
+        """``queue`` (or, with ``None``, every queue) may have jobs."""
+        if queue is None:
+            self._dispatcher.mark_all_ready()
+        elif not self._dispatcher.mark_ready(queue):
+            return
+        self._event.set()
+
+    def slot_freed(self, can_claim: bool) -> None:
+        if can_claim:
+            self._event.set()
+
+    def poke(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    async def wait(self, timeout_s: float) -> bool:
+        return await wait_for_event(self._event, timeout_s)
+
+
+class Producer:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: _core.Dispatcher,
+        executor: Executor,
+        completer: Completer,
+        claims: ClaimSignal,
+        health: Health,
+        worker_id: int,
+        *,
+        poll_interval_s: float,
+        reconcile_interval_s: float,
+        total_slots: int,
+        kind_timeouts: Mapping[str, float] | None = None,
+        queue_timeouts: Mapping[str, float] | None = None,
+    ) -> None:
+        self._db = db
+        self._dispatcher = dispatcher
+        self._executor = executor
+        self._completer = completer
+        self._claims = claims
+        self._health = health
+        self._worker_id = worker_id
+        self._poll_interval_s = poll_interval_s
+        self._reconcile_interval_s = reconcile_interval_s
+        self._backlog_limit = BACKLOG_PER_SLOT * total_slots
+        self._claim = db.statement("jobs_claim")
+        self._prepare_session = db.statement("jobs_claim_prepare_session")
+        # Attempt timeouts, as the claim sets each attempt's deadline.
+        kind_timeouts = kind_timeouts or {}
+        self._timeout_kinds = list(kind_timeouts)
+        self._kind_timeouts = list(kind_timeouts.values())
+        self._queue_timeouts = dict(queue_timeouts or {})
+        self._stopping = False
+        self._in_flight = 0
+        self._no_claim_in_flight = asyncio.Event()
+        self._no_claim_in_flight.set()
+        self._reconciling = False
+        self._reconciled = asyncio.Event()
+        self._reconcile_at = time.monotonic() + reconcile_interval_s
+        self._next_poll = time.monotonic() + poll_interval_s
+        self.claims = 0
+        self.reconciled = 0
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._claims.poke()
+        self._reconciled.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def claimer(self, index: int) -> Any:
+        """The service of claimer number ``index`` (a coroutine factory)."""
+
+        async def run() -> None:
+            await self._claimer(f"claimer-{index}")
+
+        return run
+
+    async def wait_idle(self) -> None:
+        """Waits until no claim is in flight (after :meth:`stop`, none starts)."""
+        await self._no_claim_in_flight.wait()
+
+    async def _claimer(self, name: str) -> None:
+        connection: Any = None
+        failures = 0
+        try:
+            while not self._stopping:
+                try:
+                    if connection is None:
+                        connection = await self._db.pool.acquire()
+                        session_changed(connection)
+                        await self._prepare_session.execute(connection)
+                    if time.monotonic() >= self._reconcile_at:
+                        await self._reconcile(connection)
+                    await self._claim_or_wait(connection)
+                    if failures:
+                        failures = 0
+                        self._health.ok(name)
+                except Exception as error:  # noqa: BLE001 - keep claiming once the cause clears
+                    failures += 1
+                    self._health.failed(name, error)
+                    # A claim that failed may have committed: look at once.
+                    self._reconcile_at = time.monotonic()
+                    delay = 0.0 if failures == 1 else _backoff(failures - 1)
+                    level = logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
+                    log.log(
+                        level, "claiming failed (%s: %s); retrying in %.2fs",
+                        type(error).__name__, error, delay,
+                    )  # fmt: skip
+                    await release_quietly(self._db.pool, connection)
+                    connection = None
+                    if delay:
+                        await self._claims.wait(delay)
+        finally:
+            await release_quietly(self._db.pool, connection)
+
+    async def _claim_or_wait(self, connection: Any) -> None:
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._dispatcher.mark_all_ready()
+            self._next_poll = now + self._poll_interval_s
+        if self._reconciling:
+            await self._reconciled.wait()
+            return
+        if self._completer.backlog > self._backlog_limit:
+            # Outcomes are not being written: claiming more would only pile them up.
+            await asyncio.sleep(BACKLOG_WAIT_S)
+            return
+        plan = self._dispatcher.plan_claim()
+        if plan is None:
+            self._claims.clear()
+            if not self._stopping and not self._dispatcher.can_claim():
+                wait_s = min(self._next_poll, self._reconcile_at) - now
+                await self._claims.wait(wait_s)
+            return
+        plan_id, queues, counts = plan
+        self._in_flight += 1
+        self._no_claim_in_flight.clear()
+        failed = True
+        try:
+            rows = await self._claim.fetch(
+                connection,
+                queues,
+                counts,
+                self._worker_id,
+                self._timeout_kinds,
+                self._kind_timeouts,
+                [self._queue_timeouts.get(queue) for queue in queues],
+            )
+            failed = False
+            self.claims += 1
+            for row in rows:
+                self._executor.start(row, plan_id)
+        finally:
+            self._dispatcher.settle_claim(plan_id, failed)
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._no_claim_in_flight.set()
+
+    async def _reconcile(self, connection: Any) -> None:
+        """Gives back jobs the database says this worker runs but it does not
+        hold: claims that committed after their reply was lost. No claim is
+        in flight meanwhile, so a job claimed just now is always held."""
+        self._reconcile_at = time.monotonic() + self._reconcile_interval_s
+        self._reconciling = True
+        self._reconciled.clear()
+        try:
+            await self._no_claim_in_flight.wait()
+            rows = await self._db.fetch("jobs_running_on_worker", self._worker_id, connection=connection)
+            held_ids, _held_leases = self._dispatcher.held()
+            known = set(held_ids) | self._completer.unwritten_ids()
+            strays = [row for row in rows if row["id"] not in known]
+            if strays:
+                ids = [row["id"] for row in strays]
+                leases = [row["run_lease"] for row in strays]
+                released = await self._db.fetchrow(
+                    "jobs_release", ids, leases, connection=connection
+                )
+                count = 0 if released is None else released["released"]
+                self.reconciled += count
+                log.warning(
+                    "gave back %d job(s) the database said this worker runs but it did not "
+                    "hold (a claim whose reply was lost): %s",
+                    count, ", ".join(map(str, ids[:10])),
+                )  # fmt: skip
+                self._claims.ready(None)
+        finally:
+            self._reconciling = False
+            self._reconciled.set()
+
+
+def _backoff(failures: int) -> float:
+    return float(min(MAX_RETRY_DELAY_S, RETRY_DELAY_S * 2 ** (failures - 1)))

@@ -1,0 +1,251 @@
+"""A worker process's services, started and stopped together.
+
+Overview: :class:`Worker` registers the process (its id marks the jobs it
+claims), builds the :class:`~awa.worker.pipeline.Pipeline` (producer →
+executor → completer), and runs it with the services around it: the
+notifier (LISTEN), the heartbeat (a thread of its own), the quarantine
+watcher, and the leader election that runs maintenance (scheduler, rescuer,
+pruner) on one worker per database. Every service is supervised
+(:mod:`awa.worker.supervisor`): restarted with backoff when it raises, and
+reported to the worker's health; a service that cannot recover within
+``unhealthy_after`` makes the worker unhealthy, and it stops claiming and
+heartbeating instead of living on as a zombie.
+
+Shutdown: stop claiming; let running handlers finish within the timeout;
+cancel the rest and give their jobs back (available again, the interrupted
+attempt not counted); write every outcome (or say how many could not be
+written, and why); resign leadership; stop the heartbeat; remove the worker
+row. A job whose release or outcome write fails stays claimed by a worker
+that no longer exists, so the rescuer returns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Final
+
+from awa.config import WorkerConfig
+from awa.db import Database
+from awa.lifecycle import Lifecycle
+from awa.maintenance.leader import Leader
+from awa.maintenance.pruner import Pruner
+from awa.maintenance.rescuer import Rescuer
+from awa.maintenance.scheduler import Scheduler
+from awa.worker.executor import JOB_TASK_PREFIX
+from awa.worker.heartbeat import Heartbeat, LoopWatch
+from awa.worker.notifier import Notifier
+from awa.worker.pipeline import Pipeline
+from awa.worker.supervisor import Health, Supervisor
+
+log = logging.getLogger("awa.worker")
+
+#: How often the worker looks at its services' health.
+HEALTH_CHECK_S: Final = 0.5
+LEADER_STOP_TIMEOUT_S: Final = 5.0
+
+
+class Worker:
+    def __init__(self, db: Database, lifecycle: Lifecycle, config: WorkerConfig) -> None:
+        self.db = db
+        self.lifecycle = lifecycle
+        self.registry = lifecycle.registry
+        self.config = config
+        self.worker_id: int | None = None
+        self.health = Health(config.unhealthy_after)
+        self._supervisor = Supervisor(self.health)
+        self._unhealthy = asyncio.Event()
+        self._started = False
+        self._stopped = False
+
+    async def start(self) -> None:
+        config = self.config
+        queue_names = [name for name, _ in config.queues]
+        hostname, pid = socket.gethostname(), os.getpid()
+        worker_id = await self.db.fetchval("workers_register", hostname, pid, queue_names)
+        self.worker_id = worker_id
+        loop = asyncio.get_running_loop()
+        self.health.on_unhealthy(
+            lambda reason: loop.call_soon_threadsafe(self._became_unhealthy, reason)
+        )
+        pipeline = self.pipeline = Pipeline.build(
+            self.db, self.lifecycle, config, worker_id, self.health
+        )
+        self.dispatcher = pipeline.dispatcher
+        self.completer = pipeline.completer
+        self.executor = pipeline.executor
+        self.producer = pipeline.producer
+        self.control = pipeline.executor.control
+        self.notifier = Notifier(self.db, pipeline.claims.ready, self.control.deliver, self.health)
+        self.loop_watch = LoopWatch(self._describe_task)
+        self.heartbeat = Heartbeat(
+            self.db, worker_id, (hostname, pid, queue_names), config.heartbeat_interval,
+            config.max_loop_block, self.health, self.loop_watch,
+        )  # fmt: skip
+        self.leader = self._leader(worker_id)
+
+        spawn = self._supervisor.spawn
+        spawn("loop-watch", self.loop_watch.run)
+        spawn("completer", self.completer.run)
+        spawn("notifier", self.notifier.run)
+        spawn("quarantine", lambda: self.control.watch_quarantine(self.db, self.health))
+        spawn("leader", self.leader.run)
+        spawn("health", self._watch_health)
+        for index in range(config.claim_concurrency):
+            spawn(f"claimer-{index}", self.producer.claimer(index))
+        self.heartbeat.start()
+        self._started = True
+        log.info(
+            "worker %d started on %s pid %d: %s",
+            worker_id,
+            hostname,
+            pid,
+            ", ".join(f"{name}×{slots}" for name, slots in config.queues),
+        )
+
+    def _leader(self, worker_id: int) -> Leader:
+        config, db, health = self.config, self.db, self.health
+        self.scheduler = Scheduler(db, config.promote_interval, config.promote_batch_size)
+        self.rescuer = Rescuer(
+            db,
+            self.lifecycle,
+            config.rescue_interval,
+            config.heartbeat_staleness,
+            config.quarantine_threshold,
+            config.quarantine_window,
+        )
+        self.pruner = Pruner(
+            db,
+            config.prune_interval,
+            config.prune_batch_size,
+            config.completed_retention,
+            config.cancelled_retention,
+            config.dead_letter_retention,
+            config.dead_letter_retention_by_queue,
+        )
+        return Leader(
+            db,
+            worker_id,
+            [
+                ("scheduler", lambda: self.scheduler.run(health)),
+                ("rescuer", lambda: self.rescuer.run(health)),
+                ("pruner", lambda: self.pruner.run(health)),
+            ],
+            health,
+            election_interval_s=config.leader_election_interval,
+            lease_s=config.leader_lease,
+        )
+
+    def _describe_task(self, task_name: str) -> str | None:
+        if task_name.startswith(JOB_TASK_PREFIX):
+            return self.executor.describe(int(task_name.removeprefix(JOB_TASK_PREFIX)))
+        return None
+
+    async def _watch_health(self) -> None:
+        while self.health.check():
+            await asyncio.sleep(HEALTH_CHECK_S)
+
+    def _became_unhealthy(self, reason: str) -> None:
+        if self._unhealthy.is_set():
+            return
+        self._unhealthy.set()
+        log.error(
+            "worker %s is unhealthy: %s; it stops claiming and heartbeating, so its jobs "
+            "are rescued by other workers",
+            self.worker_id,
+            reason,
+        )
+        if self._started:
+            self.producer.stop()
+
+    @property
+    def healthy(self) -> bool:
+        """False once a service failed for longer than ``unhealthy_after``."""
+        return self.health.reason is None
+
+    @property
+    def unhealthy_reason(self) -> str | None:
+        """Which service failed, for how long, and why (``None`` while healthy)."""
+        return self.health.reason
+
+    async def wait_until_unhealthy(self) -> str:
+        """Returns (the reason) once the worker has become unhealthy."""
+        await self._unhealthy.wait()
+        return self.health.reason or "unhealthy"
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Stops gracefully; see the module docstring for the order of steps."""
+        if self._stopped or not self._started:
+            return
+        self._stopped = True
+        started = time.monotonic()
+        config = self.config
+        self.producer.stop()
+        self.notifier.stop()
+        try:
+            await asyncio.wait_for(self.producer.wait_idle(), timeout_s)
+        except TimeoutError:
+            log.warning("a claim was still in flight after %.1fs", timeout_s)
+        for index in range(config.claim_concurrency):
+            await self._supervisor.stop(f"claimer-{index}", 0.0)
+        handlers_left = max(timeout_s - (time.monotonic() - started), 0.0)
+        await self.executor.stop(handlers_left)
+        self.completer.stop()
+        if not await self._supervisor.stop("completer", config.final_write_timeout):
+            self._report_unwritten()
+        await self._release_held_jobs()
+        self.leader.stop()
+        await self._supervisor.stop("leader", LEADER_STOP_TIMEOUT_S)
+        await self._supervisor.stop("notifier", LEADER_STOP_TIMEOUT_S)
+        await asyncio.to_thread(self.heartbeat.stop)
+        await self._supervisor.cancel_all()
+        try:
+            await self.db.execute("workers_deregister", self.worker_id)
+        except Exception as error:  # noqa: BLE001 - the rescuer cleans up after us
+            log.warning("could not remove worker row %s (%s)", self.worker_id, error)
+        log.info(
+            "worker %d stopped: %d jobs run, %d outcomes written, %d stale",
+            self.worker_id,
+            self.executor.finished,
+            self.completer.applied,
+            self.completer.stale,
+        )
+
+    def _report_unwritten(self) -> None:
+        unwritten = self.completer.unwritten
+        if not unwritten:
+            return
+        error = self.completer.last_error
+        why = "no write finished in time" if error is None else f"{type(error).__name__}: {error}"
+        log.warning(
+            "could not write %d outcomes within %.1fs (%s); their jobs stay running until "
+            "the rescuer returns them",
+            unwritten,
+            self.config.final_write_timeout,
+            why,
+        )
+
+    async def _release_held_jobs(self) -> None:
+        ids, leases = self.dispatcher.held()
+        if not ids:
+            return
+        try:
+            row = await asyncio.wait_for(
+                self.db.fetchrow("jobs_release", ids, leases), self.config.final_write_timeout
+            )
+        except Exception as error:  # noqa: BLE001 - the rescuer returns them instead
+            log.warning(
+                "could not release %d jobs at shutdown (%s); they will be rescued", len(ids), error
+            )
+            return
+        released = row["released"] if row is not None else 0
+        log.info("released %d interrupted jobs at shutdown", released)
+        for job_id in ids:
+            self.dispatcher.finish(job_id)
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
