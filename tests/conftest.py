@@ -85,12 +85,19 @@ async def restricted(database_url: str) -> AsyncIterator[tuple[RestrictedRole, s
     """A login role for awa's own connections whose privileges a test can take
     away (:func:`tests.faults.revoked`), and the database URL that uses it."""
     admin = await asyncpg.connect(database_url)
-    role = await RestrictedRole.create(admin)
+    try:
+        role = await RestrictedRole.create(admin)
+    finally:
+        await admin.close()
     try:
         yield role, with_user(database_url, role.name)
     finally:
-        await role.drop(admin)
-        await admin.close()
+        # A fresh connection: the test may have terminated every other one.
+        admin = await asyncpg.connect(database_url)
+        try:
+            await role.drop(admin)
+        finally:
+            await admin.close()
 
 
 @pytest.fixture

@@ -149,21 +149,28 @@ class ReplyCutter:
             return
         link = (writer, up_writer)
         self._links.add(link)
-        await asyncio.gather(
-            self._pump(reader, up_writer, replies=False),
-            self._pump(up_reader, writer, replies=True),
-            return_exceptions=True,
-        )
+        pumps = {
+            asyncio.ensure_future(self._pump(reader, up_writer, replies=False)),
+            asyncio.ensure_future(self._pump(up_reader, writer, replies=True)),
+        }
+        # Either side closing closes both, as a TCP connection through a
+        # router would: a client waiting for the server to hang up (a cancel
+        # request) must see it.
+        _done, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         self._links.discard(link)
         writer.transport.abort()
         up_writer.transport.abort()
+        for pump in pending:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
 
     async def _pump(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, replies: bool
     ) -> None:
-        while data := await source.read(65536):
-            if replies and self._swallowing:
-                self.swallowed_bytes += len(data)
-                continue
-            sink.write(data)
-            await sink.drain()
+        with contextlib.suppress(OSError):
+            while data := await source.read(65536):
+                if replies and self._swallowing:
+                    self.swallowed_bytes += len(data)
+                    continue
+                sink.write(data)
+                await sink.drain()

@@ -81,7 +81,8 @@ async def test_every_service_recovers_from_a_non_transient_error(restricted, con
             runs[job.id] += 1
             await gate.wait()
 
-        await client.start([("default", 5)], **FAST_WORKER)
+        # Staleness above the fault's length: the worker stays alive throughout.
+        await client.start([("default", 5)], **{**FAST_WORKER, "heartbeat_staleness": 10.0})
         during = [job.id for job in await client.insert_many([{}] * 5, kind="work")]
         await eventually(lambda: _all_started(runs, during))
         async with revoked(conn, role):

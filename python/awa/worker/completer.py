@@ -254,7 +254,7 @@ class Completer:
                 failures += 1
                 self.last_error = error
                 self._health.failed(SERVICE, error)
-                delay = min(MAX_RETRY_DELAY_S, RETRY_DELAY_S * 2 ** (failures - 1))
+                delay = min(MAX_RETRY_DELAY_S, RETRY_DELAY_S * 2 ** min(failures - 1, 16))
                 log.warning(
                     "writing %d outcomes failed (%s: %s); retrying in %.2fs",
                     len(flush), type(error).__name__, error, delay,

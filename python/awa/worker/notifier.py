@@ -68,7 +68,7 @@ class Notifier:
                 why = f"{type(error).__name__}: {error}"
             if self._stop.is_set():
                 return
-            delay = min(MAX_RETRY_DELAY_S, RECONNECT_DELAY_S * 2**failures) if failures else (
+            delay = min(MAX_RETRY_DELAY_S, RECONNECT_DELAY_S * 2 ** min(failures, 16)) if failures else (
                 RECONNECT_DELAY_S
             )
             log.warning("not listening for new jobs (%s); reconnecting in %.1fs", why, delay)

@@ -116,6 +116,7 @@ class Producer:
         self._kind_timeouts = list(kind_timeouts.values())
         self._queue_timeouts = dict(queue_timeouts or {})
         self._stopping = False
+        self._stopped = asyncio.Event()
         self._in_flight = 0
         self._no_claim_in_flight = asyncio.Event()
         self._no_claim_in_flight.set()
@@ -128,6 +129,7 @@ class Producer:
 
     def stop(self) -> None:
         self._stopping = True
+        self._stopped.set()
         self._claims.poke()
         self._reconciled.set()
 
@@ -177,7 +179,7 @@ class Producer:
                     await release_quietly(self._db.pool, connection)
                     connection = None
                     if delay:
-                        await self._claims.wait(delay)
+                        await wait_for_event(self._stopped, delay)
         finally:
             await release_quietly(self._db.pool, connection)
 
@@ -257,4 +259,4 @@ class Producer:
 
 
 def _backoff(failures: int) -> float:
-    return float(min(MAX_RETRY_DELAY_S, RETRY_DELAY_S * 2 ** (failures - 1)))
+    return float(min(MAX_RETRY_DELAY_S, RETRY_DELAY_S * 2 ** min(failures - 1, 16)))

@@ -145,7 +145,7 @@ class Supervisor:
                 failures += 1
                 self.restarts += 1
                 self._health.failed(name, error)
-                delay = min(MAX_RESTART_DELAY_S, RESTART_DELAY_S * 2 ** (failures - 1))
+                delay = min(MAX_RESTART_DELAY_S, RESTART_DELAY_S * 2 ** min(failures - 1, 16))
                 log.error(
                     "worker service %s failed (%s: %s); restarting it in %.1fs",
                     name, type(error).__name__, error, delay, exc_info=error,
