@@ -99,3 +99,50 @@ def test_queue_options_are_parsed_and_checked():
         parse_queues(["email"])
     with pytest.raises(ConfigurationError):
         parse_queues(["email=many"])
+
+
+async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(
+    restricted, conn, tmp_path
+):
+    from tests.faults import revoked
+
+    role, url = restricted
+    (tmp_path / "sick_app.py").write_text(
+        textwrap.dedent(f"""
+        import functools
+        import awa
+        from tests.support import FAST_WORKER
+
+        client = awa.AsyncClient({url!r})
+
+        @client.task(dict, kind="sick_job", queue="sick")
+        async def sick_job(job):
+            return None
+
+        # What the CLI's start() uses: quick maintenance, quick to give up.
+        client.start = functools.partial(client.start, **FAST_WORKER, unhealthy_after=1.0)
+    """)
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "awa", "worker", "--app", "sick_app:client",
+        "--shutdown-timeout", "1",
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+
+        async def registered() -> bool:
+            return bool(await conn.fetchval("SELECT count(*) FROM awa.workers"))
+
+        await eventually(registered, timeout=30)
+        async with revoked(conn, role):
+            _, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 1, err.decode()
+    assert "unhealthy" in err.decode()
+    assert "InsufficientPrivilege" in err.decode()
