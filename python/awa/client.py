@@ -661,7 +661,15 @@ class AsyncClient:
     ) -> list[int]:
         """Sends dead letters back to work (available now, attempts and crashes
         reset, error history kept) and returns their ids. Give ``ids`` or a
-        filter; ``everything=True`` redrives every dead letter."""
+        filter; ``everything=True`` redrives every dead letter.
+
+        A dead letter whose unique key another job holds now (the default
+        ``unique_opts.states`` leave out ``failed``, so a new job may have
+        taken it) stays ``failed``; the others are redriven and committed
+        all the same. Then :class:`awa.UniqueConflict` is raised:
+        ``existing_id`` is the job holding the key, ``job_id`` the dead letter
+        left behind, ``conflicts`` every such ``(dead letter, holder)`` pair
+        and ``redriven`` the ids this call would have returned."""
         selected = dead_letters.filters(ids, queue, kind, reason)
         dead_letters.require_selection(selected, everything, "retry_from_dlq")
         return await dead_letters.redrive(await self._database(), selected)

@@ -7,6 +7,11 @@ it (``dead_letter_retention``, 14 days by default, per queue with
 ``retry_from_dlq`` sends them back to work with attempts and crashes reset,
 ``purge_dlq`` deletes them. Redrive and purge take ids or filters, never
 nothing: acting on every dead letter has to be asked for by name.
+
+A dead letter whose unique key another job took meanwhile (the default
+states leave out ``failed``, so a new job may take the key of a failed one)
+cannot go back: it stays ``failed``, the rest of the redrive commits, and
+``retry_from_dlq`` then raises :class:`awa.UniqueConflict` naming the holder.
 """
 
 from __future__ import annotations
@@ -17,12 +22,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+import asyncpg
+
 from awa.db import Database
-from awa.errors import ValidationError
+from awa.errors import UniqueConflict, ValidationError
 from awa.job import Job
 
 #: Rows per statement when redriving or purging; each is its own transaction.
 BATCH_SIZE: Final = 1000
+#: Times one redrive batch runs while concurrent inserts keep taking the keys
+#: of its dead letters (each run sees the keys taken before it started).
+REDRIVE_TRIES: Final = 5
+UNIQUE_INDEX: Final = "jobs_unique_idx"
 
 
 class DeadLetterReason(StrEnum):
@@ -101,12 +112,39 @@ async def list_dead_letters(
 
 
 async def redrive(db: Database, selected: Filters) -> list[int]:
+    """Redrives the selected dead letters in batches of :data:`BATCH_SIZE`,
+    each its own transaction, and returns their ids. Dead letters whose
+    unique key another job holds stay ``failed``; once every batch has
+    committed, :class:`UniqueConflict` names them (and carries the ids that
+    were redriven)."""
     redriven: list[int] = []
+    conflicts: list[tuple[int, int]] = []
+    after = 0
     while True:
-        ids: list[int] = list(await db.fetchval("jobs_redrive", *selected.args(), BATCH_SIZE))
-        redriven.extend(ids)
-        if len(ids) < BATCH_SIZE:
-            return redriven
+        row = await _redrive_batch(db, selected, after)
+        redriven.extend(row["ids"])
+        conflicts.extend(zip(row["conflicted_ids"], row["holder_ids"], strict=True))
+        if row["examined"] < BATCH_SIZE:
+            break
+        after = row["last_id"]
+    if conflicts:
+        job_id, holder_id = conflicts[0]
+        raise UniqueConflict(holder_id, job_id=job_id, conflicts=conflicts, redriven=redriven)
+    return redriven
+
+
+async def _redrive_batch(db: Database, selected: Filters, after: int) -> Any:
+    # The statement skips dead letters whose key it sees held. One inserted
+    # by a transaction that commits while the statement runs makes it fail
+    # (jobs_unique_idx); run again, it sees that holder and skips the letter.
+    tries = 1
+    while True:
+        try:
+            return await db.fetchrow("jobs_redrive", *selected.args(), BATCH_SIZE, after)
+        except asyncpg.UniqueViolationError as error:
+            if error.constraint_name != UNIQUE_INDEX or tries >= REDRIVE_TRIES:
+                raise
+            tries += 1
 
 
 async def purge(db: Database, selected: Filters, before: datetime.datetime | None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class AwaError(Exception):
     """Base class of every error awa raises on purpose."""
@@ -69,16 +71,41 @@ class StagingError(TerminalError):
 
 
 class UniqueConflict(AwaError):
-    """An insert with ``unique_opts`` met a job that already holds its unique key.
+    """A job could not take its unique key: another job already holds it.
 
-    ``existing_id`` is that job's id (``None`` if it finished and was pruned
-    between the insert and the lookup).
+    Raised by an insert with ``unique_opts`` that met such a job, and by
+    ``retry_from_dlq`` for dead letters it could not send back (the rest of
+    the redrive went ahead and committed). ``existing_id`` is the job that
+    holds the key (``None`` if it finished and was pruned between the insert
+    and the lookup). For a redrive, ``job_id`` is the dead letter left
+    ``failed`` (the first, if several were), ``conflicts`` lists every
+    ``(dead letter id, holder id)`` pair, and ``redriven`` the ids that were
+    sent back, as ``retry_from_dlq`` would have returned them.
     """
 
-    def __init__(self, existing_id: int | None) -> None:
-        where = "" if existing_id is None else f" (job {existing_id})"
-        super().__init__(f"a job with the same unique key already exists{where}")
+    def __init__(
+        self,
+        existing_id: int | None,
+        *,
+        job_id: int | None = None,
+        conflicts: Sequence[tuple[int, int]] = (),
+        redriven: Sequence[int] = (),
+    ) -> None:
         self.existing_id = existing_id
+        self.job_id = job_id
+        self.conflicts = list(conflicts)
+        self.redriven = list(redriven)
+        if job_id is None:
+            where = "" if existing_id is None else f" (job {existing_id})"
+            message = f"a job with the same unique key already exists{where}"
+        else:
+            message = (
+                f"dead letter {job_id} was not redriven: job {existing_id} holds its unique key"
+            )
+            if len(self.conflicts) > 1:
+                message += f" ({len(self.conflicts) - 1} more dead letters likewise)"
+            message += f"; {len(self.redriven)} redriven"
+        super().__init__(message)
 
 
 class CallbackNotFound(AwaError, LookupError):

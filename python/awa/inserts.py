@@ -52,19 +52,26 @@ _MICROSECOND: Final = datetime.timedelta(microseconds=1)
 _INT64_MAX: Final = 2**63 - 1
 _STATE_BITS: Final = {state: 1 << index for index, state in enumerate(JobState)}
 
-#: While a job is in one of these states, another job with its unique key is
-#: not inserted. ``completed`` is included: a finished job keeps blocking
-#: duplicates until it is pruned.
-DEFAULT_UNIQUE_STATES: Final = frozenset(
+#: The states a job waits or runs in. ``unique_opts.states`` must include
+#: every one. A job that held its key in only some of them would let a
+#: duplicate in while it was elsewhere, and then could not move back while
+#: the duplicate held the key: the database refuses two holders, and the
+#: statement moving it (a promotion, a claim, a batch of outcomes) would
+#: fail for every job in it. Only the finished states are a choice.
+UNIQUE_STATES_REQUIRED: Final = frozenset(
     {
         JobState.Scheduled,
         JobState.Available,
         JobState.Running,
         JobState.Retryable,
         JobState.WaitingExternal,
-        JobState.Completed,
     }
 )
+
+#: While a job is in one of these states, another job with its unique key is
+#: not inserted. ``completed`` is included: a finished job keeps blocking
+#: duplicates until it is pruned.
+DEFAULT_UNIQUE_STATES: Final = UNIQUE_STATES_REQUIRED | {JobState.Completed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,10 @@ class UniqueOpts:
     The key always covers the kind; ``by_args`` adds the arguments (key order
     in dicts does not matter), ``by_queue`` the queue, and ``by_period``
     (seconds, or a ``timedelta``) the time window the insert falls in.
-    ``states`` are the states in which an existing job blocks a new one.
+    ``states`` are the states in which an existing job blocks a new one:
+    every state a job waits or runs in (scheduled, available, running,
+    retryable, waiting_external), plus any of completed, failed and cancelled
+    (a set without all five raises :class:`awa.ValidationError`).
     ``unique_opts={}`` on an insert means these defaults.
     """
 
@@ -241,13 +251,22 @@ def _state_set(value: Any) -> frozenset[JobState]:
 
 
 def _states_mask(states: Iterable[JobState]) -> int:
-    mask = 0
-    for state in _state_set(states):
-        mask |= _STATE_BITS[state]
-    if not mask:
+    chosen = _state_set(states)
+    if not chosen:
         raise ValidationError(
             "unique_opts.states: must name at least one state", "unique_opts.states"
         )
+    missing = [state.value for state in JobState if state in UNIQUE_STATES_REQUIRED - chosen]
+    if missing:
+        raise ValidationError(
+            f"unique_opts.states: must include {', '.join(missing)}: a job holds its unique "
+            "key in every state it waits or runs in (scheduled, available, running, "
+            "retryable, waiting_external); only completed, failed and cancelled are a choice",
+            "unique_opts.states",
+        )
+    mask = 0
+    for state in chosen:
+        mask |= _STATE_BITS[state]
     return mask
 
 

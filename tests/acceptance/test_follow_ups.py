@@ -237,7 +237,7 @@ async def test_duplicate_follow_ups_collapse_to_one_and_every_trigger_commits(cl
 
 
 async def test_unique_follow_up_blocks_only_while_in_its_states(client, conn):
-    states = {"available", "scheduled", "running", "retryable"}
+    states = {"available", "scheduled", "running", "retryable", "waiting_external"}
     client.on_completed_enqueue_with(
         Signup,
         lambda args, job: awa.EnqueueRequest(WelcomeEmail(user_id=1)).unique({"states": states}),

@@ -4,11 +4,13 @@ reports a duplicate."""
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 from pydantic import BaseModel
 
 import awa
+from tests.support import FAST_WORKER, wait_for_state
 
 
 class Report(BaseModel):
@@ -74,10 +76,10 @@ async def test_a_job_outside_its_blocking_states_no_longer_blocks(client, conn):
     await conn.execute("UPDATE awa.jobs SET state = 'completed' WHERE id = $1", second.id)
     with pytest.raises(awa.UniqueConflict):
         await client.insert(Report(account=1), unique_opts={})
-    only_queued = {"states": ["available", "scheduled"]}
-    third = await client.insert(Report(account=3), unique_opts=only_queued)
+    until_finished = {"states": awa.DEFAULT_UNIQUE_STATES - {awa.JobState.Completed}}
+    third = await client.insert(Report(account=3), unique_opts=until_finished)
     await conn.execute("UPDATE awa.jobs SET state = 'completed' WHERE id = $1", third.id)
-    await client.insert(Report(account=3), unique_opts=only_queued)
+    await client.insert(Report(account=3), unique_opts=until_finished)
 
 
 async def test_insert_many_skips_duplicates_and_returns_what_it_inserted(client, conn):
@@ -110,3 +112,91 @@ async def test_bad_unique_options_are_refused_before_any_sql(client, unique_opts
     with pytest.raises(awa.ValidationError) as raised:
         await client.insert(Report(account=1), unique_opts=unique_opts)
     assert raised.value.field == field
+
+
+# ── states: a job holds its key in every state it waits or runs in ────────
+
+WAITING_OR_RUNNING = ["scheduled", "available", "running", "retryable", "waiting_external"]
+
+
+@pytest.mark.parametrize(
+    ("states", "missing"),
+    [
+        (["available", "scheduled"], "running, retryable, waiting_external"),
+        (["running"], "scheduled, available, retryable, waiting_external"),
+        (["completed"], "scheduled, available, running, retryable, waiting_external"),
+        (sorted(awa.DEFAULT_UNIQUE_STATES - {awa.JobState.WaitingExternal}), "waiting_external"),
+    ],
+)
+async def test_states_that_leave_out_a_waiting_or_running_state_are_refused(
+    client, conn, states, missing
+):
+    for unique_opts in ({"states": states}, awa.UniqueOpts(states=frozenset(states))):
+        with pytest.raises(awa.ValidationError) as raised:
+            await client.insert(Report(account=1), unique_opts=unique_opts)
+        assert raised.value.field == "unique_opts.states"
+        assert f"must include {missing}" in str(raised.value)
+        with pytest.raises(awa.ValidationError) as raised:
+            await client.insert_many([Report(account=2)], unique_opts=unique_opts)
+        assert raised.value.field == "unique_opts.states"
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+@pytest.mark.parametrize(
+    "states",
+    [
+        WAITING_OR_RUNNING,
+        [*WAITING_OR_RUNNING, "failed"],
+        [*WAITING_OR_RUNNING, "completed", "failed", "cancelled"],
+        sorted(awa.DEFAULT_UNIQUE_STATES),
+    ],
+)
+async def test_states_with_every_waiting_and_running_state_are_accepted(client, conn, states):
+    first = await client.insert(Report(account=1), unique_opts={"states": states})
+    with pytest.raises(awa.UniqueConflict) as raised:
+        await client.insert(Report(account=1), unique_opts={"states": states})
+    assert raised.value.existing_id == first.id
+
+
+def test_the_default_states_hold_the_key_while_a_job_waits_or_runs():
+    assert {state.value for state in awa.DEFAULT_UNIQUE_STATES} >= set(WAITING_OR_RUNNING)
+    awa.UniqueOpts().core()
+
+
+class Signup(BaseModel):
+    user_id: int
+
+
+async def test_a_durable_follow_up_with_unsafe_states_fails_its_trigger(client, conn):
+    client.on_completed_enqueue_with(
+        Signup,
+        lambda args, job: awa.EnqueueRequest(Report(account=args.user_id)).unique(
+            {"states": ["available", "scheduled"]}
+        ),
+    )
+    client.task(Signup)(lambda job: None)
+    trigger = await client.insert(Signup(user_id=1), max_attempts=1)
+    await client.start([("default", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, trigger.id, "failed")
+    assert "unique_opts.states" in json.dumps(json.loads(row["errors"]))
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE kind = 'report'") == 0
+
+
+async def test_a_staged_follow_up_with_unsafe_states_is_a_staging_error(client, conn):
+    refused: list[awa.StagingError] = []
+
+    @client.task(Signup)
+    async def signup(job):
+        try:
+            job.enqueue_on_completion(Report(account=1), unique_opts={"states": ["available"]})
+        except awa.StagingError as error:
+            refused.append(error)
+            raise
+
+    trigger = await client.insert(Signup(user_id=1))
+    await client.start([("default", 1)], **FAST_WORKER)
+    await wait_for_state(conn, trigger.id, "failed")
+    [error] = refused
+    assert error.field == "unique_opts.states"
+    assert "must include scheduled, running, retryable, waiting_external" in str(error)
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE kind = 'report'") == 0

@@ -428,3 +428,45 @@ async def test_deadline_rescues_count_no_crash_and_need_the_deadline_passed(conn
     assert [row["id"] for row in rescued] == [ids[0]]
     first = await conn.fetchrow("SELECT crashes, state::text FROM awa.jobs WHERE id = $1", ids[0])
     assert (first["crashes"], first["state"]) == (0, "retryable")
+
+
+async def dead_letter(conn, key: bytes | None, states: int | None = 0b111111) -> int:
+    return await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, state, finalized_at, failure_reason, unique_key, "
+        "unique_states) VALUES ('k', 'failed', now(), 'terminal_error', $1, $2) RETURNING id",
+        key,
+        None if key is None else states,
+    )
+
+
+async def redrive(conn, limit: int = 1000, after: int = 0):
+    return await conn.fetchrow(Q("jobs_redrive"), None, None, None, None, limit, after)
+
+
+async def test_redrive_leaves_dead_letters_whose_key_is_held_and_reports_the_holder(conn):
+    held = await dead_letter(conn, b"a")
+    holder = await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, unique_key, unique_states) VALUES ('k', 'a', 63) RETURNING id"
+    )
+    first, second = await dead_letter(conn, b"b"), await dead_letter(conn, b"b")
+    plain = await dead_letter(conn, None)
+    # `failed` in its states: it holds its key now and keeps holding it.
+    holds = await dead_letter(conn, b"c", states=0b1011111)
+    row = await redrive(conn)
+    assert row["ids"] == [first, plain, holds]
+    assert list(zip(row["conflicted_ids"], row["holder_ids"], strict=True)) == [
+        (held, holder),
+        (second, first),  # the oldest of a batch that needs one free key takes it
+    ]
+    assert (row["examined"], row["last_id"]) == (5, holds)
+    assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", held) == "failed"
+
+
+async def test_redrive_continues_after_the_last_id_it_examined(conn):
+    letters = [await dead_letter(conn, None) for _ in range(3)]
+    row = await redrive(conn, limit=2)
+    assert (row["ids"], row["examined"], row["last_id"]) == (letters[:2], 2, letters[1])
+    row = await redrive(conn, limit=2, after=letters[1])
+    assert (row["ids"], row["examined"], row["last_id"]) == (letters[2:], 1, letters[2])
+    row = await redrive(conn, limit=2, after=letters[2])
+    assert (row["ids"], row["examined"], row["last_id"]) == ([], 0, None)

@@ -73,7 +73,11 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_queue_length CHECK (char_length(queue) BETWEEN 1 AND 200),
     CONSTRAINT jobs_tags_count CHECK (cardinality(tags) <= 20),
     CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object'),
-    CONSTRAINT jobs_unique_states_range CHECK (unique_states BETWEEN 1 AND 255),
+    -- Every waiting and running state (31: scheduled | available | running |
+    -- retryable | waiting_external), or none (0: a duplicate an older awa let
+    -- in, which holds its key in no state; see migration 0009).
+    CONSTRAINT jobs_unique_states_valid CHECK (
+        unique_states BETWEEN 0 AND 255 AND (unique_states = 0 OR (unique_states & 31) = 31)),
     CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
         'max_attempts_exhausted', 'terminal_error', 'callback_timeout',

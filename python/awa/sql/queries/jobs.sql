@@ -651,12 +651,17 @@ ORDER BY finalized_at DESC, id DESC
 LIMIT $5;
 
 -- name: jobs_redrive
--- Sends up to $5 dead letters matching the filters (as jobs_dead_letters)
--- back to work: available now, attempts and crashes reset, failure
--- forgotten (the error history stays). Wakes their queues.
+-- Sends up to $5 dead letters with ids above $6 matching the filters (as
+-- jobs_dead_letters) back to work: available now, attempts and crashes
+-- reset, failure forgotten (the error history stays). A dead letter whose
+-- unique key another job holds stays failed and comes back in
+-- conflicted_ids, that job in holder_ids; of several in the batch needing
+-- one free key, the oldest takes it. examined and last_id say how far the
+-- batch got. Wakes the redriven queues.
 WITH target AS (
-    SELECT id FROM awa.jobs
+    SELECT id, unique_key, unique_states FROM awa.jobs
     WHERE state = 'failed'
+      AND id > $6::bigint
       AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
       AND ($2::text IS NULL OR queue = $2)
       AND ($3::text IS NULL OR kind = $3)
@@ -664,18 +669,41 @@ WITH target AS (
     ORDER BY id
     LIMIT $5
     FOR UPDATE SKIP LOCKED
+), needing AS (
+    -- Keyed dead letters that do not hold their key now but would once
+    -- available: each needs the key free.
+    SELECT id, unique_key FROM target
+    WHERE (unique_states & awa.job_state_bit('failed')) = 0
+      AND (unique_states & awa.job_state_bit('available')) <> 0
+), checked AS (
+    SELECT needing.id,
+           coalesce(
+               (SELECT holder.id FROM awa.jobs AS holder
+                WHERE holder.unique_key = needing.unique_key
+                  AND (holder.unique_states & awa.job_state_bit(holder.state)) <> 0
+                LIMIT 1),
+               (SELECT min(earlier.id) FROM needing AS earlier
+                WHERE earlier.unique_key = needing.unique_key AND earlier.id < needing.id)
+           ) AS holder_id
+    FROM needing
 ), redriven AS (
     UPDATE awa.jobs AS jobs
     SET state = 'available', attempt = 0, crashes = 0, run_at = now(), finalized_at = NULL,
         failure_reason = NULL, attempt_deadline_at = NULL, worker_id = NULL
-    FROM target
-    WHERE jobs.id = target.id
+    FROM target LEFT JOIN checked ON checked.id = target.id
+    WHERE jobs.id = target.id AND checked.holder_id IS NULL
     RETURNING jobs.id, jobs.queue
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM redriven) AS q
 )
-SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids, (SELECT count(*) FROM notified) AS notified
-FROM redriven;
+SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM redriven) AS ids,
+       (SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM checked
+        WHERE holder_id IS NOT NULL) AS conflicted_ids,
+       (SELECT coalesce(array_agg(holder_id ORDER BY id), '{}') FROM checked
+        WHERE holder_id IS NOT NULL) AS holder_ids,
+       (SELECT count(*) FROM target) AS examined,
+       (SELECT max(id) FROM target) AS last_id,
+       (SELECT count(*) FROM notified) AS notified;
 
 -- name: jobs_purge_dead_letters
 -- Deletes up to $5 dead letters matching the filters (as jobs_dead_letters)
