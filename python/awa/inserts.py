@@ -261,5 +261,10 @@ def _states_mask(states: Iterable[JobState]) -> int:
 
 def timeout_ms(value: Any) -> int:
     """A job's own attempt timeout (seconds or ``timedelta``) in whole
-    milliseconds, at least 1; the Rust core checks the upper bound."""
-    return max(1, min(round(positive_seconds(value, "timeout") * 1000), _INT64_MAX))
+    milliseconds, at least 1, clamped into an int64; the Rust core checks the
+    upper bound."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        # An int beyond a float's range would overflow the finiteness check.
+        value = max(min(value, _INT64_MAX), -_INT64_MAX)
+    milliseconds = min(positive_seconds(value, "timeout") * 1000, _INT64_MAX)
+    return max(1, round(milliseconds))

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import datetime
 import json
+import math
 
 import asyncpg
 import pytest
@@ -415,3 +416,17 @@ async def test_moments_outside_years_1_to_9999_in_utc_are_refused_before_writing
                 await getattr(client, path)([Stamp(n=0)], **{option: moment})
         assert raised.value.field == option
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+async def test_jsonb_keeps_numbers_by_value_and_orders_keys(client):
+    """What PostgreSQL's jsonb does on its own, as docs/operations.md tells
+    ("What a payload stores, and what reads back")."""
+    args = {"whole": 1e16, "huge": 1.5e300, "negzero": -0.0, "below": 1e15, "tiny": 1.5e-7}
+    job = await client.insert(args, kind="k")
+    stored = (await client.get_job(job.id, include_payload=True)).args
+    assert list(stored) == ["huge", "tiny", "below", "whole", "negzero"]
+    assert stored["whole"] == 10**16 and type(stored["whole"]) is int
+    assert type(stored["huge"]) is int and float(stored["huge"]) == 1.5e300
+    assert stored["negzero"] == 0.0 and math.copysign(1.0, stored["negzero"]) == 1.0
+    assert stored["below"] == 1e15 and type(stored["below"]) is float
+    assert stored["tiny"] == 1.5e-7
