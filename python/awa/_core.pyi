@@ -125,11 +125,10 @@ def encode_json(value: object, field: str = "args") -> str:
     """Encodes a value as compact JSON text; ``field`` names its root in errors.
 
     Accepts ``None``, ``bool``, ``int`` of up to :data:`MAX_INT_DIGITS` digits
-    (converted without ``str(int)``, so the interpreter's digit limit does not
-    matter), finite ``float`` (``1.0`` stays ``1.0``), ``str``, ``list``,
-    ``tuple``, ``dict`` with ``str`` keys,
-    pydantic models (through their own serializer, by alias and in
-    round-trip mode, so ``model_validate_json`` reads them back),
+    (the interpreter's int/str digit limit does not matter), finite
+    ``float`` (``1.0`` stays ``1.0``), ``str``, ``list``, ``tuple``, ``dict``
+    with ``str`` keys, pydantic models (through their own serializer, by
+    alias and in round-trip mode, so ``model_validate_json`` reads them back),
     dataclasses, ``datetime``/``date``/``time`` (ISO 8601), ``UUID`` and
     ``Decimal`` (as strings) and enums (their value), nested to 256 levels.
 
@@ -138,11 +137,10 @@ def encode_json(value: object, field: str = "args") -> str:
     keys), NaN and infinities (also inside a pydantic model, which would write
     them as ``null``; a model configured with ``ser_json_inf_nan="strings"``
     is stored as it writes), longer integers, lone surrogates, non-string
-    keys, ``bytes``,
-    other types, and nesting that is too deep or refers to itself. A pydantic
-    serializer that fails is reported the same way, at the model's path;
-    errors raised by other user code it calls (a dataclass property)
-    propagate unchanged.
+    keys, ``bytes``, other types, and nesting that is too deep or refers to
+    itself. A pydantic serializer that fails is reported the same way, at
+    the model's path; errors raised by other user code it calls (a dataclass
+    property) propagate unchanged.
     """
 
 def decode_json(text: str) -> Any:

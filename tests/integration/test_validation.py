@@ -175,3 +175,10 @@ async def test_a_unique_period_must_be_a_finite_bounded_number_of_seconds(client
     assert error.field == "unique_opts.by_period"
     error = await refused(client, conn, unique_opts=awa.UniqueOpts(by_period=period))
     assert error.field == "unique_opts.by_period"
+
+
+@pytest.mark.parametrize(
+    "timeout", [10**400, -(10**400), 1.7e308], ids=["huge", "-huge", "1.7e308"]
+)
+async def test_a_timeout_far_out_of_range_is_refused_by_field(client, conn, timeout):
+    assert (await refused(client, conn, timeout=timeout)).field == "timeout"

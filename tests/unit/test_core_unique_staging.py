@@ -304,6 +304,17 @@ def test_every_insert_limit_is_a_staging_error_when_staging(
     assert not isinstance(error, awa.ValidationError)
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf")], ids=repr)
+def test_a_follow_up_whose_model_holds_nan_is_a_staging_error_naming_the_field(
+    number: float,
+) -> None:
+    class Ratio(pydantic.BaseModel):
+        ratio: float
+
+    assert staging_refusal(args=Ratio(ratio=number)).field == "args.ratio"
+    assert staging_refusal(metadata={"r": [Ratio(ratio=number)]}).field == "metadata.r[0].ratio"
+
+
 def test_a_bad_unique_option_is_a_staging_error_when_staging() -> None:
     rows = _core.InsertRows(staging=True)
     with pytest.raises(StagingError) as caught:
