@@ -7,6 +7,7 @@ one also checks its result and the benchmark code cannot rot.
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 import pydantic
@@ -45,6 +46,44 @@ SHIPMENT = ShipmentEmail(
 )
 
 
+class ShipmentUpdate(pydantic.BaseModel):
+    """A model with unset optional fields: pydantic writes them as ``null``."""
+
+    user_id: int
+    ratio: float
+    carrier: str | None = None
+    delivered_at: datetime.datetime | None = None
+    notes: list[str] = []
+
+
+UPDATE = ShipmentUpdate(user_id=123_456, ratio=0.25)
+
+
+def jsonb_text(value: object) -> str:
+    """``value`` as PostgreSQL prints a jsonb column (``", "`` and ``": "``)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+#: What a worker reads back for a job with a larger payload: 200 records of
+#: text (some escaped), ints, floats, booleans and nulls, about 30 KB.
+LARGE_DOCUMENT: dict[str, Any] = {
+    "batch": "import-2026-11-30",
+    "records": [
+        {
+            "id": i,
+            "sku": f"SKU-{i:05d}",
+            "title": f'Item «{i}» "quoted"\tand tabbed',
+            "price": i * 1.25,
+            "stock": None if i % 7 == 0 else i * 3,
+            "active": i % 2 == 0,
+            "tags": ["a", "b", "ü"],
+            "ledger": 10**30 + i,
+        }
+        for i in range(200)
+    ],
+}
+
+
 def add_job(rows: _core.InsertRows, args: object) -> None:
     rows.add(args, "send_email", "email", 2, 25, 5, None, ["shipping"], {"trace": "t"})
 
@@ -59,9 +98,29 @@ def test_bench_encode_pydantic_model(benchmark: BenchmarkFixture) -> None:
     assert ShipmentEmail.model_validate_json(encoded) == SHIPMENT
 
 
+def test_bench_encode_pydantic_model_with_nulls(benchmark: BenchmarkFixture) -> None:
+    encoded = benchmark(_core.encode_json, UPDATE)
+    assert ShipmentUpdate.model_validate_json(encoded) == UPDATE
+
+
+def test_bench_encode_large_document(benchmark: BenchmarkFixture) -> None:
+    encoded = benchmark(_core.encode_json, LARGE_DOCUMENT)
+    assert json.loads(encoded) == LARGE_DOCUMENT
+
+
 def test_bench_decode_typical_args(benchmark: BenchmarkFixture) -> None:
     text = _core.encode_json(TYPICAL_ARGS)
     assert benchmark(_core.decode_json, text) == TYPICAL_ARGS
+
+
+def test_bench_decode_typical_args_as_jsonb_prints_them(benchmark: BenchmarkFixture) -> None:
+    text = jsonb_text(TYPICAL_ARGS)
+    assert benchmark(_core.decode_json, text) == TYPICAL_ARGS
+
+
+def test_bench_decode_large_document(benchmark: BenchmarkFixture) -> None:
+    text = jsonb_text(LARGE_DOCUMENT)
+    assert benchmark(_core.decode_json, text) == LARGE_DOCUMENT
 
 
 def test_bench_insert_rows_add_one_job(benchmark: BenchmarkFixture) -> None:

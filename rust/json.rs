@@ -1,16 +1,21 @@
 //! Compact JSON writing and reading, independent of Python.
 //!
-//! The binding module walks Python objects and writes them through
-//! [`JsonWriter`]; it reads JSON back by handing [`parse`] a [`Builder`]
-//! that makes Python objects. Keeping both halves here lets `cargo test`
-//! cover escaping, NUL detection and number handling without an
-//! interpreter.
+//! The writer is ours: [`JsonWriter`] decides the exact text of every args
+//! and metadata document, and so the canonical form behind unique keys
+//! (`unique.rs`), which must never change. The reader is jiter's (the
+//! parser pydantic uses): strict RFC 8259, with numbers handed over exactly
+//! as written. [`parse`] walks a document with it and hands each value to a
+//! [`Builder`], which builds Python objects, canonical text, or nothing.
+//! Keeping both halves here lets `cargo test` cover escaping, NUL detection
+//! and number handling without an interpreter.
 //!
 //! `PostgreSQL`'s `jsonb` refuses the NUL character (`\u0000`), so the writer
 //! reports it instead of writing it, and [`find_nul`] locates one in JSON
 //! produced elsewhere (for example by pydantic).
 
 use std::fmt::Write as _;
+
+use jiter::{Jiter, JiterError, JiterErrorType, JsonErrorType, Peek};
 
 /// Appends compact JSON to a string.
 #[derive(Default)]
@@ -133,6 +138,13 @@ pub fn write_lossy_string(writer: &mut JsonWriter, value: &str) {
     }
 }
 
+/// The most decimal digits an integer may have, in both directions: the
+/// writer refuses longer ones and the reader does too. It is jiter's bound
+/// and `CPython`'s default `int`/`str` limit (`sys.int_info`), so every
+/// stored integer can also be printed by a default interpreter; `PostgreSQL`
+/// itself would take up to 131 072.
+pub const MAX_INT_DIGITS: usize = 4300;
+
 /// Where a `\u0000` escape sits in a JSON document: the path of keys and
 /// indexes leading to the string that holds it (`["user", 2, "name"]`).
 /// Returns `None` when the document has none. The document must be valid
@@ -149,6 +161,42 @@ pub fn find_nul(json: &str) -> Option<Vec<PathPart>> {
         Err(ParseError::Stopped) => Some(finder.path),
         _ => None,
     }
+}
+
+/// Where an integer longer than [`MAX_INT_DIGITS`] sits in a JSON document
+/// (which is otherwise valid), or `None` when it has none.
+pub fn find_long_int(json: &str) -> Option<Vec<PathPart>> {
+    if !has_digit_run_over(json, MAX_INT_DIGITS) {
+        return None;
+    }
+    let mut finder = Scanner {
+        stop_at_nul: false,
+        path: Vec::new(),
+    };
+    match parse(json, &mut finder) {
+        Err(ParseError::IntTooLong(_)) => Some(finder.path),
+        _ => None,
+    }
+}
+
+/// Whether `text` holds more than `limit` ASCII digits in a row: a cheap
+/// test before looking for a long number properly.
+fn has_digit_run_over(text: &str, limit: usize) -> bool {
+    if text.len() <= limit {
+        return false;
+    }
+    let mut run = 0;
+    for byte in text.bytes() {
+        if byte.is_ascii_digit() {
+            run += 1;
+            if run > limit {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
 }
 
 /// Whether `json` is one valid JSON document (`NaN`, for one, is not).
@@ -184,36 +232,64 @@ pub fn render_path(root: &str, path: &[PathPart]) -> String {
     rendered
 }
 
-/// Receives the values of a JSON document as [`parse`] reads them,
-/// depth first. Containers are built by the builder from the values it was
-/// handed since the matching `begin_*` call.
+/// A JSON number, as [`number_value`] reads its text.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Number<'a> {
+    Int(i64),
+    /// An integer outside the 64-bit range, as its decimal digits (with a
+    /// leading `-` when negative).
+    BigInt(&'a str),
+    Float(f64),
+}
+
+/// What a number's text means: an integer when it has no fraction and no
+/// exponent (of any size), else a float. `text` must already match JSON's
+/// number grammar (as [`parse`] hands it over).
+pub fn number_value(text: &str) -> Number<'_> {
+    if text.bytes().any(|byte| matches!(byte, b'.' | b'e' | b'E')) {
+        // Rust's float syntax is a superset of JSON's number grammar, and its
+        // parser rounds correctly.
+        Number::Float(text.parse().expect("a JSON number reads as a float"))
+    } else if let Ok(value) = text.parse::<i64>() {
+        Number::Int(value)
+    } else {
+        Number::BigInt(text)
+    }
+}
+
+/// Receives the values of a JSON document as [`parse`] reads them, depth
+/// first. A container is begun, filled one member at a time and ended, so a
+/// builder can fill its own container type directly.
 pub trait Builder {
     type Value;
+    /// An array being filled.
+    type Array;
+    /// An object being filled.
+    type Object;
+    /// An object key, made before its value is read.
+    type Key;
+
     fn null(&mut self) -> Result<Self::Value, ParseError>;
     fn bool(&mut self, value: bool) -> Result<Self::Value, ParseError>;
-    fn int(&mut self, value: i64) -> Result<Self::Value, ParseError>;
-    /// An integer outside the 64-bit range, as its decimal digits.
-    fn big_int(&mut self, digits: &str) -> Result<Self::Value, ParseError>;
-    fn float(&mut self, value: f64) -> Result<Self::Value, ParseError>;
+    /// A number exactly as written, already checked against JSON's number
+    /// grammar and [`MAX_INT_DIGITS`] ([`number_value`] reads it).
+    fn number(&mut self, text: &str) -> Result<Self::Value, ParseError>;
     fn string(&mut self, value: &str) -> Result<Self::Value, ParseError>;
-    /// A number exactly as written (already checked against JSON's number
-    /// grammar). By default it goes to [`Builder::int`], [`Builder::big_int`]
-    /// or [`Builder::float`]; a builder that keeps numbers verbatim
-    /// overrides this.
-    fn number(&mut self, text: &str) -> Result<Self::Value, ParseError> {
-        if text.contains(['.', 'e', 'E']) {
-            // Rust's float syntax is a superset of JSON's number grammar.
-            let value: f64 = text.parse().expect("a JSON number reads as a float");
-            self.float(value)
-        } else if let Ok(value) = text.parse::<i64>() {
-            self.int(value)
-        } else {
-            self.big_int(text)
-        }
-    }
-    fn array(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, ParseError>;
-    fn object(&mut self, entries: Vec<(String, Self::Value)>) -> Result<Self::Value, ParseError>;
-    /// Called before a container's members are read (for path tracking).
+    fn begin_array(&mut self) -> Result<Self::Array, ParseError>;
+    fn push(&mut self, array: &mut Self::Array, item: Self::Value) -> Result<(), ParseError>;
+    fn end_array(&mut self, array: Self::Array) -> Result<Self::Value, ParseError>;
+    fn begin_object(&mut self) -> Result<Self::Object, ParseError>;
+    fn key(&mut self, key: &str) -> Result<Self::Key, ParseError>;
+    /// A member, in document order: a repeated key arrives again.
+    fn insert(
+        &mut self,
+        object: &mut Self::Object,
+        key: Self::Key,
+        value: Self::Value,
+    ) -> Result<(), ParseError>;
+    fn end_object(&mut self, object: Self::Object) -> Result<Self::Value, ParseError>;
+    /// Called before a member's value is read, with its key or its index
+    /// (for path tracking); [`Builder::leave`] after it was read.
     fn enter(&mut self, _key: Option<&str>, _index: Option<usize>) -> Result<(), ParseError> {
         Ok(())
     }
@@ -222,8 +298,10 @@ pub trait Builder {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum ParseError {
-    /// Malformed JSON, with the byte offset where reading stopped.
-    Syntax(usize),
+    /// Not JSON: the byte offset where reading stopped, and why.
+    Syntax { at: usize, reason: String },
+    /// An integer longer than [`MAX_INT_DIGITS`], at this byte offset.
+    IntTooLong(usize),
     /// Nested deeper than [`MAX_DEPTH`].
     TooDeep,
     /// The builder asked to stop (it found what it was looking for, or it
@@ -231,266 +309,116 @@ pub enum ParseError {
     Stopped,
 }
 
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::Syntax { at, reason } => write!(f, "invalid JSON at byte {at}: {reason}"),
+            ParseError::IntTooLong(at) => write!(
+                f,
+                "invalid JSON at byte {at}: an integer of more than {MAX_INT_DIGITS} digits"
+            ),
+            ParseError::TooDeep => write!(f, "JSON nested more than {MAX_DEPTH} levels deep"),
+            ParseError::Stopped => write!(f, "JSON reading stopped"),
+        }
+    }
+}
+
+impl From<JiterError> for ParseError {
+    fn from(error: JiterError) -> Self {
+        match error.error_type {
+            JiterErrorType::JsonError(JsonErrorType::NumberOutOfRange) => {
+                ParseError::IntTooLong(error.index)
+            }
+            reason => ParseError::Syntax {
+                at: error.index,
+                reason: reason.to_string(),
+            },
+        }
+    }
+}
+
 /// Documents nested deeper than this are refused rather than risking the
 /// native stack.
 pub const MAX_DEPTH: usize = 512;
 
-/// Reads one JSON document into values made by `builder`.
+/// Reads one JSON document (RFC 8259, nothing more) into values made by
+/// `builder`.
 pub fn parse<B: Builder>(json: &str, builder: &mut B) -> Result<B::Value, ParseError> {
-    let mut parser = Parser {
-        bytes: json.as_bytes(),
-        text: json,
-        pos: 0,
-        depth: 0,
-    };
-    parser.skip_whitespace();
-    let value = parser.value(builder)?;
-    parser.skip_whitespace();
-    if parser.pos != parser.bytes.len() {
-        return Err(ParseError::Syntax(parser.pos));
-    }
+    let mut jiter = Jiter::new(json.as_bytes());
+    let peek = jiter.peek()?;
+    let value = read_value(&mut jiter, peek, builder, 0)?;
+    jiter.finish()?;
     Ok(value)
 }
 
-struct Parser<'a> {
-    bytes: &'a [u8],
-    text: &'a str,
-    pos: usize,
+fn read_value<B: Builder>(
+    jiter: &mut Jiter<'_>,
+    peek: Peek,
+    builder: &mut B,
     depth: usize,
-}
-
-impl Parser<'_> {
-    fn value<B: Builder>(&mut self, builder: &mut B) -> Result<B::Value, ParseError> {
-        match self.peek() {
-            Some(b'{') => self.object(builder),
-            Some(b'[') => self.array(builder),
-            Some(b'"') => {
-                let text = self.string()?;
-                builder.string(&text)
+) -> Result<B::Value, ParseError> {
+    match peek {
+        Peek::String => {
+            let text = jiter.known_str()?;
+            builder.string(text)
+        }
+        Peek::Object => {
+            let depth = descend(depth)?;
+            let mut object = builder.begin_object()?;
+            let mut next = jiter.known_object()?;
+            while let Some(key_text) = next {
+                let key = builder.key(key_text)?;
+                builder.enter(Some(key_text), None)?;
+                let peek = jiter.peek()?;
+                let value = read_value(jiter, peek, builder, depth)?;
+                builder.leave();
+                builder.insert(&mut object, key, value)?;
+                next = jiter.next_key()?;
             }
-            Some(b't') => self.literal("true").and_then(|()| builder.bool(true)),
-            Some(b'f') => self.literal("false").and_then(|()| builder.bool(false)),
-            Some(b'n') => self.literal("null").and_then(|()| builder.null()),
-            Some(b'-' | b'0'..=b'9') => self.number(builder),
-            _ => Err(self.syntax()),
+            builder.end_object(object)
         }
-    }
-
-    fn object<B: Builder>(&mut self, builder: &mut B) -> Result<B::Value, ParseError> {
-        self.descend()?;
-        self.pos += 1;
-        let mut entries = Vec::new();
-        self.skip_whitespace();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            self.depth -= 1;
-            return builder.object(entries);
-        }
-        loop {
-            self.skip_whitespace();
-            if self.peek() != Some(b'"') {
-                return Err(self.syntax());
+        Peek::Array => {
+            let depth = descend(depth)?;
+            let mut array = builder.begin_array()?;
+            let mut next = jiter.known_array()?;
+            let mut index = 0;
+            while let Some(peek) = next {
+                builder.enter(None, Some(index))?;
+                let item = read_value(jiter, peek, builder, depth)?;
+                builder.leave();
+                builder.push(&mut array, item)?;
+                index += 1;
+                next = jiter.array_step()?;
             }
-            let key = self.string()?;
-            self.skip_whitespace();
-            self.expect(b':')?;
-            self.skip_whitespace();
-            builder.enter(Some(&key), None)?;
-            let value = self.value(builder)?;
-            builder.leave();
-            entries.push((key, value));
-            self.skip_whitespace();
-            match self.next() {
-                Some(b',') => {}
-                Some(b'}') => break,
-                _ => return Err(ParseError::Syntax(self.pos.saturating_sub(1))),
-            }
+            builder.end_array(array)
         }
-        self.depth -= 1;
-        builder.object(entries)
-    }
-
-    fn array<B: Builder>(&mut self, builder: &mut B) -> Result<B::Value, ParseError> {
-        self.descend()?;
-        self.pos += 1;
-        let mut items = Vec::new();
-        self.skip_whitespace();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            self.depth -= 1;
-            return builder.array(items);
+        Peek::Null => {
+            jiter.known_null()?;
+            builder.null()
         }
-        loop {
-            self.skip_whitespace();
-            builder.enter(None, Some(items.len()))?;
-            let item = self.value(builder)?;
-            builder.leave();
-            items.push(item);
-            self.skip_whitespace();
-            match self.next() {
-                Some(b',') => {}
-                Some(b']') => break,
-                _ => return Err(ParseError::Syntax(self.pos.saturating_sub(1))),
-            }
+        Peek::True | Peek::False => {
+            let value = jiter.known_bool(peek)?;
+            builder.bool(value)
         }
-        self.depth -= 1;
-        builder.array(items)
-    }
-
-    fn descend(&mut self) -> Result<(), ParseError> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(ParseError::TooDeep);
+        // Digits and `-` (NaN and Infinity are refused while reading).
+        _ => {
+            let bytes = jiter.known_number_bytes(peek)?;
+            let text = std::str::from_utf8(bytes).expect("a JSON number is ASCII");
+            builder.number(text)
         }
-        Ok(())
-    }
-
-    fn number<B: Builder>(&mut self, builder: &mut B) -> Result<B::Value, ParseError> {
-        let start = self.pos;
-        if self.peek() == Some(b'-') {
-            self.pos += 1;
-        }
-        let digits_start = self.pos;
-        self.skip_digits();
-        if self.pos == digits_start {
-            return Err(self.syntax());
-        }
-        if self.peek() == Some(b'.') {
-            self.pos += 1;
-            let fraction_start = self.pos;
-            self.skip_digits();
-            if self.pos == fraction_start {
-                return Err(self.syntax());
-            }
-        }
-        if matches!(self.peek(), Some(b'e' | b'E')) {
-            self.pos += 1;
-            if matches!(self.peek(), Some(b'+' | b'-')) {
-                self.pos += 1;
-            }
-            let exponent_start = self.pos;
-            self.skip_digits();
-            if self.pos == exponent_start {
-                return Err(self.syntax());
-            }
-        }
-        builder.number(&self.text[start..self.pos])
-    }
-
-    fn string(&mut self) -> Result<String, ParseError> {
-        self.pos += 1;
-        let mut out = String::new();
-        let mut start = self.pos;
-        loop {
-            let Some(byte) = self.peek() else {
-                return Err(self.syntax());
-            };
-            match byte {
-                b'"' => {
-                    out.push_str(&self.text[start..self.pos]);
-                    self.pos += 1;
-                    return Ok(out);
-                }
-                b'\\' => {
-                    out.push_str(&self.text[start..self.pos]);
-                    self.pos += 1;
-                    self.escape(&mut out)?;
-                    start = self.pos;
-                }
-                0x00..=0x1f => return Err(self.syntax()),
-                _ => self.pos += 1,
-            }
-        }
-    }
-
-    fn escape(&mut self, out: &mut String) -> Result<(), ParseError> {
-        let decoded = match self.next() {
-            Some(b'"') => '"',
-            Some(b'\\') => '\\',
-            Some(b'/') => '/',
-            Some(b'b') => '\u{8}',
-            Some(b'f') => '\u{c}',
-            Some(b'n') => '\n',
-            Some(b'r') => '\r',
-            Some(b't') => '\t',
-            Some(b'u') => self.unicode_escape()?,
-            _ => return Err(ParseError::Syntax(self.pos.saturating_sub(1))),
-        };
-        out.push(decoded);
-        Ok(())
-    }
-
-    fn unicode_escape(&mut self) -> Result<char, ParseError> {
-        let first = self.hex4()?;
-        if (0xD800..0xDC00).contains(&first) {
-            // A high surrogate must be followed by an escaped low surrogate.
-            if self.next() != Some(b'\\') || self.next() != Some(b'u') {
-                return Err(self.syntax());
-            }
-            let second = self.hex4()?;
-            if !(0xDC00..0xE000).contains(&second) {
-                return Err(self.syntax());
-            }
-            let combined = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
-            return char::from_u32(combined).ok_or_else(|| self.syntax());
-        }
-        char::from_u32(first).ok_or_else(|| self.syntax())
-    }
-
-    fn hex4(&mut self) -> Result<u32, ParseError> {
-        let end = self.pos + 4;
-        let digits = self.text.get(self.pos..end).ok_or_else(|| self.syntax())?;
-        let value = u32::from_str_radix(digits, 16).map_err(|_| self.syntax())?;
-        self.pos = end;
-        Ok(value)
-    }
-
-    fn literal(&mut self, word: &str) -> Result<(), ParseError> {
-        if self.text[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(())
-        } else {
-            Err(self.syntax())
-        }
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), ParseError> {
-        if self.next() == Some(byte) {
-            Ok(())
-        } else {
-            Err(ParseError::Syntax(self.pos.saturating_sub(1)))
-        }
-    }
-
-    fn skip_digits(&mut self) {
-        while matches!(self.peek(), Some(b'0'..=b'9')) {
-            self.pos += 1;
-        }
-    }
-
-    fn skip_whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
-            self.pos += 1;
-        }
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn next(&mut self) -> Option<u8> {
-        let byte = self.peek()?;
-        self.pos += 1;
-        Some(byte)
-    }
-
-    fn syntax(&self) -> ParseError {
-        ParseError::Syntax(self.pos)
     }
 }
 
-/// A builder that builds nothing; with `stop_at_nul` it stops at the first
-/// string holding a NUL character, remembering where it was.
+fn descend(depth: usize) -> Result<usize, ParseError> {
+    if depth >= MAX_DEPTH {
+        Err(ParseError::TooDeep)
+    } else {
+        Ok(depth + 1)
+    }
+}
+
+/// A builder that builds nothing and keeps the path to where it is; with
+/// `stop_at_nul` it stops at the first string holding a NUL character.
 struct Scanner {
     stop_at_nul: bool,
     path: Vec<PathPart>,
@@ -498,19 +426,17 @@ struct Scanner {
 
 impl Builder for Scanner {
     type Value = ();
+    type Array = ();
+    type Object = ();
+    type Key = ();
+
     fn null(&mut self) -> Result<(), ParseError> {
         Ok(())
     }
     fn bool(&mut self, _: bool) -> Result<(), ParseError> {
         Ok(())
     }
-    fn int(&mut self, _: i64) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn big_int(&mut self, _: &str) -> Result<(), ParseError> {
-        Ok(())
-    }
-    fn float(&mut self, _: f64) -> Result<(), ParseError> {
+    fn number(&mut self, _: &str) -> Result<(), ParseError> {
         Ok(())
     }
     fn string(&mut self, value: &str) -> Result<(), ParseError> {
@@ -520,10 +446,25 @@ impl Builder for Scanner {
             Ok(())
         }
     }
-    fn array(&mut self, _: Vec<()>) -> Result<(), ParseError> {
+    fn begin_array(&mut self) -> Result<(), ParseError> {
         Ok(())
     }
-    fn object(&mut self, _: Vec<(String, ())>) -> Result<(), ParseError> {
+    fn push(&mut self, (): &mut (), (): ()) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn end_array(&mut self, (): ()) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn begin_object(&mut self) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn key(&mut self, _: &str) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn insert(&mut self, (): &mut (), (): (), (): ()) -> Result<(), ParseError> {
+        Ok(())
+    }
+    fn end_object(&mut self, (): ()) -> Result<(), ParseError> {
         Ok(())
     }
     fn enter(&mut self, key: Option<&str>, index: Option<usize>) -> Result<(), ParseError> {
@@ -565,29 +506,53 @@ mod tests {
 
     impl Builder for TreeBuilder {
         type Value = Tree;
+        type Array = Vec<Tree>;
+        type Object = Vec<(String, Tree)>;
+        type Key = String;
+
         fn null(&mut self) -> Result<Tree, ParseError> {
             Ok(Tree::Null)
         }
         fn bool(&mut self, value: bool) -> Result<Tree, ParseError> {
             Ok(Tree::Bool(value))
         }
-        fn int(&mut self, value: i64) -> Result<Tree, ParseError> {
-            Ok(Tree::Int(value))
-        }
-        fn big_int(&mut self, digits: &str) -> Result<Tree, ParseError> {
-            Ok(Tree::Big(digits.to_owned()))
-        }
-        fn float(&mut self, value: f64) -> Result<Tree, ParseError> {
-            Ok(Tree::Float(value))
+        fn number(&mut self, text: &str) -> Result<Tree, ParseError> {
+            Ok(match number_value(text) {
+                Number::Int(value) => Tree::Int(value),
+                Number::BigInt(digits) => Tree::Big(digits.to_owned()),
+                Number::Float(value) => Tree::Float(value),
+            })
         }
         fn string(&mut self, value: &str) -> Result<Tree, ParseError> {
             Ok(Tree::Str(value.to_owned()))
         }
-        fn array(&mut self, items: Vec<Tree>) -> Result<Tree, ParseError> {
-            Ok(Tree::List(items))
+        fn begin_array(&mut self) -> Result<Vec<Tree>, ParseError> {
+            Ok(Vec::new())
         }
-        fn object(&mut self, entries: Vec<(String, Tree)>) -> Result<Tree, ParseError> {
-            Ok(Tree::Map(entries))
+        fn push(&mut self, array: &mut Vec<Tree>, item: Tree) -> Result<(), ParseError> {
+            array.push(item);
+            Ok(())
+        }
+        fn end_array(&mut self, array: Vec<Tree>) -> Result<Tree, ParseError> {
+            Ok(Tree::List(array))
+        }
+        fn begin_object(&mut self) -> Result<Vec<(String, Tree)>, ParseError> {
+            Ok(Vec::new())
+        }
+        fn key(&mut self, key: &str) -> Result<String, ParseError> {
+            Ok(key.to_owned())
+        }
+        fn insert(
+            &mut self,
+            object: &mut Vec<(String, Tree)>,
+            key: String,
+            value: Tree,
+        ) -> Result<(), ParseError> {
+            object.push((key, value));
+            Ok(())
+        }
+        fn end_object(&mut self, object: Vec<(String, Tree)>) -> Result<Tree, ParseError> {
+            Ok(Tree::Map(object))
         }
     }
 
@@ -654,15 +619,87 @@ mod tests {
             "1 2",
             "-",
             "1.",
+            "NaN",
+            "-Infinity",
         ] {
             assert!(read(bad).is_err(), "{bad:?} should not parse");
         }
     }
 
     #[test]
+    fn what_rfc_8259_refuses_is_refused() {
+        // Leading zeros, and a sign inside a \u escape (Rust's integer parser
+        // takes one), were read before.
+        for bad in [
+            "01",
+            "-01",
+            "00",
+            "[-00]",
+            r#""\u+041""#,
+            r#""\u-041""#,
+            r#""\u 041""#,
+            r#""\x41""#,
+            "+1",
+            ".5",
+            "1.e5",
+            "1e+",
+            "0x10",
+            "\u{a0}1",
+            "\u{c}1",
+            "\u{feff}{}",
+            "\"tab\tinside\"",
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+        ] {
+            assert!(
+                matches!(read(bad), Err(ParseError::Syntax { .. })),
+                "{bad:?} should not parse"
+            );
+        }
+        assert_eq!(read("-0").unwrap(), Tree::Int(0));
+        assert_eq!(read(" 0e1 ").unwrap(), Tree::Float(0.0));
+    }
+
+    #[test]
+    fn syntax_errors_say_where_and_why() {
+        let error = read("[1, 01]").unwrap_err();
+        assert!(
+            matches!(error, ParseError::Syntax { at: 5, .. }),
+            "{error:?}"
+        );
+        assert_eq!(error.to_string(), "invalid JSON at byte 5: invalid number");
+    }
+
+    #[test]
+    fn integers_are_bounded_at_4300_digits() {
+        let longest = "9".repeat(MAX_INT_DIGITS);
+        assert_eq!(read(&longest).unwrap(), Tree::Big(longest.clone()));
+        assert_eq!(
+            read(&format!("-{longest}")).unwrap(),
+            Tree::Big(format!("-{longest}"))
+        );
+        let too_long = format!("[{longest}0]");
+        assert!(matches!(read(&too_long), Err(ParseError::IntTooLong(_))));
+        // The same digits inside a string are only text.
+        assert!(read(&format!("\"{longest}0\"")).is_ok());
+    }
+
+    #[test]
+    fn a_long_integer_is_located() {
+        let long = "1".repeat(MAX_INT_DIGITS + 1);
+        let json = format!(r#"{{"a": [1, {{"b": {long}}}], "s": "{long}"}}"#);
+        let path = find_long_int(&json).unwrap();
+        assert_eq!(render_path("args", &path), "args.a[1].b");
+        assert_eq!(find_long_int(&format!(r#"{{"s": "{long}"}}"#)), None);
+        assert_eq!(find_long_int(r#"{"n": 12}"#), None);
+    }
+
+    #[test]
     fn depth_is_bounded() {
         let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
         assert_eq!(read(&deep), Err(ParseError::TooDeep));
+        let deep_objects = r#"{"a":"#.repeat(MAX_DEPTH + 1) + "1" + &"}".repeat(MAX_DEPTH + 1);
+        assert_eq!(read(&deep_objects), Err(ParseError::TooDeep));
         let fine = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
         assert!(read(&fine).is_ok());
     }

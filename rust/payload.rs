@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::json::{find_nul, render_path};
+use crate::json::{find_long_int, find_nul, render_path, MAX_INT_DIGITS};
 
 pub const MIN_PRIORITY: i64 = 1;
 pub const MAX_PRIORITY: i64 = 4;
@@ -150,6 +150,21 @@ pub fn check_json_has_no_nul(field: &str, json: &str) -> Result<(), Invalid> {
         Some(path) => Err(Invalid::new(
             render_path(field, &path),
             "must not contain NUL characters",
+        )),
+    }
+}
+
+/// JSON written by another serializer must not hold an integer longer than
+/// [`MAX_INT_DIGITS`] (the reader would refuse it).
+pub fn check_json_ints(field: &str, json: &str) -> Result<(), Invalid> {
+    match find_long_int(json) {
+        None => Ok(()),
+        Some(path) => Err(Invalid::new(
+            render_path(field, &path),
+            format!(
+                "is an integer of more than {MAX_INT_DIGITS} digits \
+                 (awa stores integers of at most {MAX_INT_DIGITS} digits)"
+            ),
         )),
     }
 }

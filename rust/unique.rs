@@ -23,6 +23,11 @@ pub const UNIQUE_KEY_BYTES: usize = 16;
 pub const MIN_STATES_MASK: i64 = 1;
 pub const MAX_STATES_MASK: i64 = 255;
 
+/// The longest `unique_opts.by_period`, in seconds: the most whole seconds
+/// whose microseconds fit 64 bits (about 292 000 years; any longer period
+/// would hold every moment of years 1–9999 anyway).
+pub const MAX_PERIOD_S: i64 = i64::MAX / 1_000_000;
+
 /// `unique_opts` as the Python layer passes them.
 #[derive(Clone, Copy, Debug)]
 pub struct UniqueOpts {
@@ -61,10 +66,10 @@ impl UniqueOpts {
         let states = i16::try_from(self.states).expect("range-checked to fit a smallint");
         let bucket = match self.period_s {
             None => None,
-            Some(period_s) if period_s < 1 => {
+            Some(period_s) if !(1..=MAX_PERIOD_S).contains(&period_s) => {
                 return Err(Invalid::new(
                     "unique_opts.by_period",
-                    format!("must be at least 1 second (got {period_s})"),
+                    format!("must be from 1 to {MAX_PERIOD_S} seconds (got {period_s})"),
                 ));
             }
             Some(period_s) => {
@@ -105,10 +110,17 @@ impl UniqueOpts {
 pub fn canonical_json(json: &str) -> Result<String, Invalid> {
     match json::parse(json, &mut Canonical) {
         Ok(text) => Ok(text),
-        Err(ParseError::Syntax(offset)) => Err(Invalid::new(
+        Err(ParseError::Syntax { at, reason }) => Err(Invalid::new(
             "args",
-            format!("is not valid JSON (at byte {offset})"),
+            format!("is not valid JSON (at byte {at}: {reason})"),
         )),
+        Err(ParseError::IntTooLong(_)) => {
+            let path = json::find_long_int(json).unwrap_or_default();
+            Err(Invalid::new(
+                render_path("args", &path),
+                format!("is an integer of more than {} digits", json::MAX_INT_DIGITS),
+            ))
+        }
         Err(ParseError::TooDeep) => Err(Invalid::new(
             "args",
             format!("is nested more than {} levels deep", json::MAX_DEPTH),
@@ -207,6 +219,9 @@ impl Canonical {
 
 impl Builder for Canonical {
     type Value = String;
+    type Array = Vec<String>;
+    type Object = Vec<(String, String)>;
+    type Key = String;
 
     fn null(&mut self) -> Result<String, ParseError> {
         Ok("null".into())
@@ -217,23 +232,35 @@ impl Builder for Canonical {
     fn number(&mut self, text: &str) -> Result<String, ParseError> {
         Ok(text.to_owned())
     }
-    // `number` is overridden, so the parser never calls these three.
-    fn int(&mut self, value: i64) -> Result<String, ParseError> {
-        Ok(value.to_string())
-    }
-    fn big_int(&mut self, digits: &str) -> Result<String, ParseError> {
-        Ok(digits.to_owned())
-    }
-    fn float(&mut self, value: f64) -> Result<String, ParseError> {
-        Ok(format!("{value:?}"))
-    }
     fn string(&mut self, value: &str) -> Result<String, ParseError> {
         Self::string_text(value)
     }
-    fn array(&mut self, items: Vec<String>) -> Result<String, ParseError> {
+    fn begin_array(&mut self) -> Result<Vec<String>, ParseError> {
+        Ok(Vec::new())
+    }
+    fn push(&mut self, array: &mut Vec<String>, item: String) -> Result<(), ParseError> {
+        array.push(item);
+        Ok(())
+    }
+    fn end_array(&mut self, items: Vec<String>) -> Result<String, ParseError> {
         Ok(format!("[{}]", items.join(",")))
     }
-    fn object(&mut self, mut entries: Vec<(String, String)>) -> Result<String, ParseError> {
+    fn begin_object(&mut self) -> Result<Vec<(String, String)>, ParseError> {
+        Ok(Vec::new())
+    }
+    fn key(&mut self, key: &str) -> Result<String, ParseError> {
+        Ok(key.to_owned())
+    }
+    fn insert(
+        &mut self,
+        object: &mut Vec<(String, String)>,
+        key: String,
+        value: String,
+    ) -> Result<(), ParseError> {
+        object.push((key, value));
+        Ok(())
+    }
+    fn end_object(&mut self, mut entries: Vec<(String, String)>) -> Result<String, ParseError> {
         // A stable sort keeps repeated keys in document order; the last wins.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = String::from("{");
@@ -310,6 +337,11 @@ mod tests {
             canonical("[1.0, 1e3, -0, 12345678901234567890123, 2.50]"),
             "[1.0,1e3,-0,12345678901234567890123,2.50]"
         );
+        // Exponents keep their case and sign (pydantic writes `1e+300`).
+        assert_eq!(
+            canonical("[1E5, 1e+300, -2.5e-7, 0.0]"),
+            "[1E5,1e+300,-2.5e-7,0.0]"
+        );
     }
 
     #[test]
@@ -332,6 +364,11 @@ mod tests {
         assert!(canonical_json(&deep).is_err());
         let nul = canonical_json(r#"{"a": ["ok", "\u0000"]}"#).unwrap_err();
         assert_eq!(nul.field, "args.a[1]");
+        let leading_zero = canonical_json(r#"{"a": 01}"#).unwrap_err();
+        assert_eq!(leading_zero.field, "args");
+        assert!(leading_zero.message.contains("invalid number"));
+        let long = format!(r#"{{"a": [{}]}}"#, "7".repeat(json::MAX_INT_DIGITS + 1));
+        assert_eq!(canonical_json(&long).unwrap_err().field, "args.a[0]");
     }
 
     #[test]

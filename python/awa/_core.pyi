@@ -18,10 +18,12 @@ from typing import Any, Final, Literal, Self, TypeAlias, TypedDict, final
 __all__ = [
     "FAILURE_REASONS",
     "MAX_BACKOFF_S",
+    "MAX_INT_DIGITS",
     "MAX_NAME_CHARS",
     "MAX_STAGED_BYTES",
     "MAX_STAGED_FOLLOW_UPS",
     "MAX_TAGS",
+    "MAX_UNIQUE_PERIOD_S",
     "CompletionBatch",
     "Dispatcher",
     "InsertRows",
@@ -53,13 +55,13 @@ _InsertColumns: TypeAlias = tuple[
     list[int],  # priorities
     list[int],  # max_attempts
     list[int | None],  # max_crashes (None: unbounded)
-    list[int | None],  # run_at in microseconds since the epoch (None: now)
+    list[str | None],  # run_at as UTC timestamp text, 2026-11-30 16:33:51.123456+00 (None: now)
     list[str | None],  # tags as text[] literals (None: no tags)
     list[str | None],  # metadata (compact JSON objects; None: empty)
     list[bytes | None],  # unique keys, 16 bytes each (None: not unique)
     list[int | None],  # unique states masks, 1-255 (None: not unique)
     list[int | None],  # attempt timeouts in milliseconds (None: the task's or queue's)
-    list[int | None],  # overall deadlines in microseconds since the epoch (None: none)
+    list[str | None],  # overall deadlines as UTC timestamp text (None: none)
 ]
 
 FAILURE_REASONS: Final[tuple[str, ...]]
@@ -71,6 +73,15 @@ MAX_BACKOFF_S: Final[float]
 
 MAX_TAGS: Final[int]
 """A job carries at most this many tags (20)."""
+
+MAX_INT_DIGITS: Final[int]
+"""Integers in args, metadata and callback payloads have at most this many
+decimal digits (4300), whatever the interpreter's own int/str limit: longer
+ones are refused when encoding and when reading JSON."""
+
+MAX_UNIQUE_PERIOD_S: Final[int]
+"""The longest ``unique_opts.by_period`` in seconds (``2**63 - 1`` microseconds,
+in whole seconds: about 292 000 years)."""
 
 MAX_NAME_CHARS: Final[int]
 """Kinds, queues and each tag are 1 to this many characters (200)."""
@@ -113,30 +124,36 @@ def derive_kind(class_name: str) -> str:
 def encode_json(value: object, field: str = "args") -> str:
     """Encodes a value as compact JSON text; ``field`` names its root in errors.
 
-    Accepts ``None``, ``bool``, ``int`` of any size, finite ``float`` (``1.0``
-    stays ``1.0``), ``str``, ``list``, ``tuple``, ``dict`` with ``str`` keys,
-    pydantic models (through their own serializer, by alias and in
-    round-trip mode, so ``model_validate_json`` reads them back),
+    Accepts ``None``, ``bool``, ``int`` of up to :data:`MAX_INT_DIGITS` digits
+    (the interpreter's int/str digit limit does not matter), finite
+    ``float`` (``1.0`` stays ``1.0``), ``str``, ``list``, ``tuple``, ``dict``
+    with ``str`` keys, pydantic models (through their own serializer, by
+    alias and in round-trip mode, so ``model_validate_json`` reads them back),
     dataclasses, ``datetime``/``date``/``time`` (ISO 8601), ``UUID`` and
     ``Decimal`` (as strings) and enums (their value), nested to 256 levels.
 
     Raises :class:`awa.ValidationError` whose ``field`` is the path to the
     offending value (``args.items[2].name``) for NUL characters (in values or
-    keys), NaN and infinities, lone surrogates, non-string keys, ``bytes``,
-    other types, and nesting that is too deep or refers to itself. A pydantic
-    serializer that fails is reported the same way, at the model's path;
-    errors raised by other user code it calls (a dataclass property)
-    propagate unchanged.
+    keys), NaN and infinities (also inside a pydantic model, which would write
+    them as ``null``; a model configured with ``ser_json_inf_nan="strings"``
+    is stored as it writes), longer integers, lone surrogates, non-string
+    keys, ``bytes``, other types, and nesting that is too deep or refers to
+    itself. A pydantic serializer that fails is reported the same way, at
+    the model's path; errors raised by other user code it calls (a dataclass
+    property) propagate unchanged.
     """
 
 def decode_json(text: str) -> Any:
     """Reads JSON text into ``dict``, ``list``, ``str``, ``int``, ``float``,
     ``bool`` and ``None``.
 
-    Integers beyond 64 bits stay exact; numbers with a fraction or an
-    exponent become ``float``; a repeated key keeps its last value. Raises
-    ``ValueError`` naming the byte offset of invalid JSON (trailing text and
-    lone surrogate escapes included), or when nesting exceeds 512 levels.
+    Reads RFC 8259 JSON and nothing more (no leading zeros, no ``NaN``, no
+    signs inside ``\\u`` escapes). Integers beyond 64 bits stay exact, up to
+    :data:`MAX_INT_DIGITS` digits; numbers with a fraction or an exponent
+    become ``float``; a repeated key keeps its last value. Raises
+    ``ValueError`` (``invalid JSON at byte N: why``) for invalid JSON
+    (trailing text and lone surrogate escapes included), or when nesting
+    exceeds 512 levels.
     """
 
 def backoff_seconds(failures: int, unit: float) -> float:
@@ -248,8 +265,11 @@ class InsertRows:
     def columns(self) -> _InsertColumns:
         """One list per column, for ``INSERT … SELECT … FROM unnest(...)``:
         ``(kinds, queues, args, priorities, max_attempts, max_crashes,
-        run_at_us, tags, metadata, unique_keys, unique_states)``; tags as
-        ``text[]`` literals."""
+        run_at, tags, metadata, unique_keys, unique_states, timeout_ms,
+        deadline)``; tags as ``text[]`` literals, ``run_at`` and ``deadline``
+        as UTC timestamp text (``2026-11-30 16:33:51.123456+00``), which
+        PostgreSQL reads exactly (interval arithmetic on microseconds would
+        not be)."""
 
     def rows(self) -> list[_StagedRow]:
         """One dict per row, in order, for showing staged follow-ups:
@@ -258,9 +278,10 @@ class InsertRows:
 
     def json_rows(self) -> str:
         """The rows as one JSON array of arrays, for ``jsonb_array_elements``:
-        ``[kind, queue, args, priority, max_attempts, max_crashes, run_at_us,
+        ``[kind, queue, args, priority, max_attempts, max_crashes, run_at,
         tags, metadata, unique_key (hex), unique_states, timeout_ms,
-        deadline_us]`` per row, ``null`` where a value is absent. One text
+        deadline]`` per row, ``null`` where a value is absent, ``run_at`` and
+        ``deadline`` as UTC timestamp text (as in :meth:`columns`). One text
         parameter instead of thirteen arrays is cheaper to send (the
         follow-up insert uses it)."""
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from awa import _core
 from awa.config import positive_seconds
 from awa.errors import ValidationError
 from awa.job import JobState
@@ -222,13 +223,20 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _period_seconds(value: Any) -> int | None:
+    """Whole seconds from 1 to ``_core.MAX_UNIQUE_PERIOD_S`` (NaN, infinities
+    and longer periods are refused, not truncated)."""
     if value is None:
         return None
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 1 <= value <= _core.MAX_UNIQUE_PERIOD_S
+    ):
         raise ValidationError(
-            f"unique_opts.by_period: must be at least one second (got {value!r})",
+            "unique_opts.by_period: must be from 1 second to "
+            f"{_core.MAX_UNIQUE_PERIOD_S} seconds (got {value!r})",
             "unique_opts.by_period",
         )
     return int(value)
@@ -272,5 +280,10 @@ def _states_mask(states: Iterable[JobState]) -> int:
 
 def timeout_ms(value: Any) -> int:
     """A job's own attempt timeout (seconds or ``timedelta``) in whole
-    milliseconds, at least 1; the Rust core checks the upper bound."""
-    return max(1, min(round(positive_seconds(value, "timeout") * 1000), _INT64_MAX))
+    milliseconds, at least 1, clamped into an int64; the Rust core checks the
+    upper bound."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        # An int beyond a float's range would overflow the finiteness check.
+        value = max(min(value, _INT64_MAX), -_INT64_MAX)
+    milliseconds = min(positive_seconds(value, "timeout") * 1000, _INT64_MAX)
+    return max(1, round(milliseconds))

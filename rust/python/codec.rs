@@ -1,22 +1,36 @@
 //! Python values ⇄ compact JSON text.
 //!
 //! Encoding accepts what a job's args or metadata reasonably hold: `None`,
-//! booleans, integers of any size, finite floats, strings, lists, tuples,
-//! dicts with string keys, pydantic models (through their own serializer),
-//! dataclasses, `datetime`/`date`/`time` (ISO 8601), `UUID`, `Decimal`
-//! (as a string) and enums (their value). Anything else, a NaN, a NUL
-//! character or a lone surrogate is refused with the path to the bad value
+//! booleans, integers of up to [`json::MAX_INT_DIGITS`] digits, finite
+//! floats, strings, lists, tuples, dicts with string keys, pydantic models
+//! (through their own serializer), dataclasses, `datetime`/`date`/`time`
+//! (ISO 8601), `UUID`, `Decimal` (as a string) and enums (their value).
+//! Anything else, a NaN or an infinity (also inside a pydantic model, which
+//! would write it as `null`), a longer integer, a NUL character or a lone
+//! surrogate is refused with the path to the bad value
 //! (`args.items[3].name`), never written half-way.
+//!
+//! Integers beyond 64 bits cross between Python and decimal digits through
+//! `num-bigint` (`int.to_bytes`/`int.from_bytes`), not through `str(int)`, so
+//! neither direction depends on the interpreter's int/str digit limit.
 
+use std::str::FromStr as _;
+
+use num_bigint::BigInt;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
-use crate::json::{self, Builder, JsonWriter, ParseError, PathPart};
-use crate::payload::{check_json_has_no_nul, Invalid};
+use crate::json::{self, Builder, JsonWriter, Number, ParseError, PathPart};
+use crate::payload::{check_json_has_no_nul, check_json_ints, Invalid};
 
 /// Nesting deeper than this is refused (it also stops reference cycles).
 const MAX_ENCODE_DEPTH: usize = 256;
+
+/// An integer of more bits than this has more than [`json::MAX_INT_DIGITS`]
+/// decimal digits: `2^14285 > 10^4300` (`4300 · log2 10 ≈ 14284.3`), so it is
+/// refused without converting it. Below, the digits are counted.
+const MAX_INT_BITS: u64 = 14_285;
 
 static DATACLASS_FIELDS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static DATETIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -25,6 +39,8 @@ static TIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UUID: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DECIMAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static ENUM: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static TO_JSON_OPTIONS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+static TO_PYTHON_OPTIONS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 
 /// Why encoding stopped: a value that breaks a rule, or a Python error
 /// raised by user code we called (a property, a pydantic serializer).
@@ -95,7 +111,7 @@ impl Encoder<'_> {
             return Ok(());
         }
         if let Ok(int) = value.cast_exact::<PyInt>() {
-            return self.int(int);
+            return self.int(int, true);
         }
         if let Ok(float) = value.cast_exact::<PyFloat>() {
             return self.float(float.value());
@@ -127,7 +143,7 @@ impl Encoder<'_> {
             return Ok(());
         }
         if let Ok(int) = value.cast::<PyInt>() {
-            return self.int(int);
+            return self.int(int, false);
         }
         if let Ok(float) = value.cast::<PyFloat>() {
             return self.float(float.value());
@@ -187,24 +203,42 @@ impl Encoder<'_> {
             .map_err(|_| self.invalid("must not contain NUL characters"))
     }
 
-    fn int(&mut self, int: &Bound<'_, PyInt>) -> Result<(), EncodeError> {
+    /// `exact`: the value is an `int`, not a subclass (whose `__str__` could
+    /// say anything).
+    fn int(&mut self, int: &Bound<'_, PyInt>, exact: bool) -> Result<(), EncodeError> {
         if let Ok(small) = int.extract::<i64>() {
             self.writer.i64(small);
-        } else {
-            // Beyond 64 bits: Python's own decimal digits are exact JSON.
-            let digits = int.str()?;
-            self.writer.raw_number(digits.to_str()?);
+            return Ok(());
         }
-        Ok(())
+        if let Ok(wide) = int.extract::<i128>() {
+            self.writer.raw_number(&wide.to_string());
+            return Ok(());
+        }
+        // Beyond 128 bits: exact decimal digits, within the bound.
+        let bits: u64 = int
+            .call_method0(pyo3::intern!(int.py(), "bit_length"))?
+            .extract()?;
+        if bits <= MAX_INT_BITS {
+            // `str(int)` is the quick way; where the interpreter's digit
+            // limit refuses it, num-bigint gives the same digits.
+            let quick = if exact { int.str().ok() } else { None };
+            let digits = match &quick {
+                Some(text) => std::borrow::Cow::Borrowed(text.to_str()?),
+                None => std::borrow::Cow::Owned(int.extract::<BigInt>()?.to_string()),
+            };
+            if digits.trim_start_matches('-').len() <= json::MAX_INT_DIGITS {
+                self.writer.raw_number(&digits);
+                return Ok(());
+            }
+        }
+        Err(self.invalid(too_long_int()))
     }
 
     fn float(&mut self, value: f64) -> Result<(), EncodeError> {
         if self.writer.f64(value) {
             Ok(())
         } else {
-            Err(self.invalid(format!(
-                "{value} cannot be stored as JSON (NaN and infinities are not numbers in JSON)"
-            )))
+            Err(self.invalid(non_finite(value)))
         }
     }
 
@@ -256,16 +290,15 @@ impl Encoder<'_> {
     }
 
     /// A pydantic model serializes itself (aliases, custom serializers and
-    /// all); its JSON is checked for NUL characters and embedded.
+    /// all); its JSON is checked for NUL characters, integers past the bound,
+    /// NaN and infinities (written as constants, or as `null`), and embedded.
     fn pydantic_model(&mut self, model: &Bound<'_, PyAny>) -> Result<(), EncodeError> {
         let py = model.py();
         let serializer = model.getattr(pyo3::intern!(py, "__pydantic_serializer__"))?;
         // By alias and in round-trip mode: what `model_validate_json` reads back.
-        let options = PyDict::new(py);
-        options.set_item(pyo3::intern!(py, "by_alias"), true)?;
-        options.set_item(pyo3::intern!(py, "round_trip"), true)?;
+        let options = serializer_options(py, &TO_JSON_OPTIONS, None)?;
         let json =
-            match serializer.call_method(pyo3::intern!(py, "to_json"), (model,), Some(&options)) {
+            match serializer.call_method(pyo3::intern!(py, "to_json"), (model,), Some(options)) {
                 Ok(json) => json,
                 Err(err) => {
                     return Err(self.invalid(format!(
@@ -279,13 +312,56 @@ impl Encoder<'_> {
             .map_err(|_| self.invalid("pydantic produced JSON that is not UTF-8"))?;
         let here = json::render_path(self.root, &self.path);
         check_json_has_no_nul(&here, text).map_err(EncodeError::Invalid)?;
+        check_json_ints(&here, text).map_err(EncodeError::Invalid)?;
         if text.contains("NaN") || text.contains("Infinity") {
             // pydantic can be configured to write these non-JSON constants.
             if !json::is_valid(text) {
                 return Err(self.invalid("holds NaN or an infinity, which JSON cannot store"));
             }
         }
+        if text.contains("null") {
+            // By default pydantic writes NaN and infinities as null, which
+            // the model would then refuse to read back.
+            self.refuse_nulled_floats(&serializer, model, text)?;
+        }
         self.writer.raw(text);
+        Ok(())
+    }
+
+    /// Refuses a model whose JSON holds `null` where its JSON-mode dump
+    /// holds a NaN or an infinity. A model configured to write them as
+    /// strings (`ser_json_inf_nan="strings"`) is left alone: it reads back.
+    fn refuse_nulled_floats(
+        &self,
+        serializer: &Bound<'_, PyAny>,
+        model: &Bound<'_, PyAny>,
+        text: &str,
+    ) -> Result<(), EncodeError> {
+        let py = model.py();
+        let options = serializer_options(py, &TO_PYTHON_OPTIONS, Some("json"))?;
+        let dumped =
+            match serializer.call_method(pyo3::intern!(py, "to_python"), (model,), Some(options)) {
+                Ok(dumped) => dumped,
+                Err(err) => {
+                    return Err(self.invalid(format!(
+                        "could not be serialized by pydantic: {}",
+                        err.value(py)
+                    )))
+                }
+            };
+        if !holds_non_finite(&dumped, 0)? {
+            return Ok(());
+        }
+        let written = decode(py, text)?;
+        let mut path = Vec::new();
+        if let Some(value) = nulled_non_finite(&dumped, &written, &mut path, 0)? {
+            let mut full = self.path.clone();
+            full.extend(path);
+            return Err(EncodeError::Invalid(Invalid::new(
+                json::render_path(self.root, &full),
+                non_finite(value),
+            )));
+        }
         Ok(())
     }
 
@@ -321,6 +397,113 @@ impl Encoder<'_> {
     }
 }
 
+/// The keyword arguments of a pydantic serializer call, made once: by alias
+/// and in round-trip mode (what `model_validate_json` reads back), in
+/// `mode` when given.
+fn serializer_options<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyDict>>,
+    mode: Option<&str>,
+) -> PyResult<&'py Bound<'py, PyDict>> {
+    let options = cell.get_or_try_init(py, || -> PyResult<Py<PyDict>> {
+        let options = PyDict::new(py);
+        options.set_item("by_alias", true)?;
+        options.set_item("round_trip", true)?;
+        if let Some(mode) = mode {
+            options.set_item("mode", mode)?;
+        }
+        Ok(options.unbind())
+    })?;
+    Ok(options.bind(py))
+}
+
+fn non_finite(value: f64) -> String {
+    format!("{value} cannot be stored as JSON (NaN and infinities are not numbers in JSON)")
+}
+
+fn too_long_int() -> String {
+    let limit = json::MAX_INT_DIGITS;
+    format!(
+        "is an integer of more than {limit} digits (awa stores integers of at most {limit} digits)"
+    )
+}
+
+/// Whether a JSON-mode dump (dicts, lists, scalars) holds a NaN or an
+/// infinity anywhere.
+fn holds_non_finite(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
+    if let Ok(float) = value.cast::<PyFloat>() {
+        return Ok(!float.value().is_finite());
+    }
+    if depth >= MAX_ENCODE_DEPTH {
+        return Ok(false);
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        for item in dict.values() {
+            if holds_non_finite(&item, depth + 1)? {
+                return Ok(true);
+            }
+        }
+    } else if let Ok(list) = value.cast::<PyList>() {
+        for item in list {
+            if holds_non_finite(&item, depth + 1)? {
+                return Ok(true);
+            }
+        }
+    } else if let Ok(tuple) = value.cast::<PyTuple>() {
+        for item in tuple {
+            if holds_non_finite(&item, depth + 1)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The first NaN or infinity of a JSON-mode dump that the JSON written for
+/// it holds as `null`; `path` is left leading to it.
+fn nulled_non_finite(
+    dumped: &Bound<'_, PyAny>,
+    written: &Bound<'_, PyAny>,
+    path: &mut Vec<PathPart>,
+    depth: usize,
+) -> PyResult<Option<f64>> {
+    if let Ok(float) = dumped.cast::<PyFloat>() {
+        let value = float.value();
+        return Ok((!value.is_finite() && written.is_none()).then_some(value));
+    }
+    if depth >= MAX_ENCODE_DEPTH {
+        return Ok(None);
+    }
+    if let (Ok(dumped), Ok(written)) = (dumped.cast::<PyDict>(), written.cast::<PyDict>()) {
+        for (key, item) in dumped.iter() {
+            let Some(stored) = written.get_item(&key)? else {
+                continue;
+            };
+            path.push(PathPart::Key(key.str()?.to_string()));
+            if let Some(value) = nulled_non_finite(&item, &stored, path, depth + 1)? {
+                return Ok(Some(value));
+            }
+            path.pop();
+        }
+    } else if let Ok(written) = written.cast::<PyList>() {
+        let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = dumped.cast::<PyList>() {
+            list.iter().collect()
+        } else if let Ok(tuple) = dumped.cast::<PyTuple>() {
+            tuple.iter().collect()
+        } else {
+            return Ok(None);
+        };
+        for (index, (item, stored)) in items.iter().zip(written.iter()).enumerate() {
+            path.push(PathPart::Index(index));
+            if let Some(value) = nulled_non_finite(item, &stored, path, depth + 1)? {
+                return Ok(Some(value));
+            }
+            path.pop();
+        }
+    }
+    Ok(None)
+}
+
 fn is_instance(
     value: &Bound<'_, PyAny>,
     cell: &PyOnceLock<Py<PyType>>,
@@ -340,13 +523,7 @@ pub fn decode<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
         Err(ParseError::Stopped) => Err(builder
             .error
             .unwrap_or_else(|| pyo3::exceptions::PyValueError::new_err("JSON decoding stopped"))),
-        Err(ParseError::TooDeep) => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "JSON nested more than {} levels deep",
-            json::MAX_DEPTH
-        ))),
-        Err(ParseError::Syntax(offset)) => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "invalid JSON at byte {offset}"
-        ))),
+        Err(error) => Err(pyo3::exceptions::PyValueError::new_err(error.to_string())),
     }
 }
 
@@ -366,6 +543,9 @@ impl PyBuilder<'_> {
 
 impl<'py> Builder for PyBuilder<'py> {
     type Value = Bound<'py, PyAny>;
+    type Array = Vec<Bound<'py, PyAny>>;
+    type Object = Bound<'py, PyDict>;
+    type Key = Bound<'py, PyString>;
 
     fn null(&mut self) -> Result<Self::Value, ParseError> {
         Ok(self.py.None().into_bound(self.py))
@@ -373,31 +553,59 @@ impl<'py> Builder for PyBuilder<'py> {
     fn bool(&mut self, value: bool) -> Result<Self::Value, ParseError> {
         Ok(PyBool::new(self.py, value).to_owned().into_any())
     }
-    fn int(&mut self, value: i64) -> Result<Self::Value, ParseError> {
-        let result = value.into_pyobject(self.py).map(Bound::into_any);
-        self.keep(result.map_err(Into::into))
-    }
-    fn big_int(&mut self, digits: &str) -> Result<Self::Value, ParseError> {
+    fn number(&mut self, text: &str) -> Result<Self::Value, ParseError> {
         let py = self.py;
-        let result = py.get_type::<PyInt>().call1((digits,)).map(Bound::into_any);
-        self.keep(result)
-    }
-    fn float(&mut self, value: f64) -> Result<Self::Value, ParseError> {
-        Ok(PyFloat::new(self.py, value).into_any())
+        match json::number_value(text) {
+            Number::Int(value) => {
+                let result = value.into_pyobject(py).map(Bound::into_any);
+                self.keep(result.map_err(Into::into))
+            }
+            Number::BigInt(digits) => {
+                // `int(digits)` is the quick way; where the interpreter's
+                // digit limit refuses it, num-bigint makes the same int.
+                let result = match py.get_type::<PyInt>().call1((digits,)) {
+                    Ok(int) => Ok(int),
+                    Err(_) => BigInt::from_str(digits)
+                        .expect("JSON digits read as an integer")
+                        .into_pyobject(py)
+                        .map(Bound::into_any),
+                };
+                self.keep(result)
+            }
+            Number::Float(value) => Ok(PyFloat::new(py, value).into_any()),
+        }
     }
     fn string(&mut self, value: &str) -> Result<Self::Value, ParseError> {
         Ok(PyString::new(self.py, value).into_any())
     }
-    fn array(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, ParseError> {
-        let result = PyList::new(self.py, items).map(Bound::into_any);
+    fn begin_array(&mut self) -> Result<Self::Array, ParseError> {
+        Ok(Vec::new())
+    }
+    fn push(&mut self, array: &mut Self::Array, item: Self::Value) -> Result<(), ParseError> {
+        array.push(item);
+        Ok(())
+    }
+    fn end_array(&mut self, array: Self::Array) -> Result<Self::Value, ParseError> {
+        let result = PyList::new(self.py, array).map(Bound::into_any);
         self.keep(result)
     }
-    fn object(&mut self, entries: Vec<(String, Self::Value)>) -> Result<Self::Value, ParseError> {
-        let dict = PyDict::new(self.py);
-        for (key, value) in entries {
-            let result = dict.set_item(key, value);
-            self.keep(result)?;
-        }
-        Ok(dict.into_any())
+    fn begin_object(&mut self) -> Result<Self::Object, ParseError> {
+        Ok(PyDict::new(self.py))
+    }
+    fn key(&mut self, key: &str) -> Result<Self::Key, ParseError> {
+        Ok(PyString::new(self.py, key))
+    }
+    fn insert(
+        &mut self,
+        object: &mut Self::Object,
+        key: Self::Key,
+        value: Self::Value,
+    ) -> Result<(), ParseError> {
+        // A repeated key keeps its first position and its last value.
+        let result = object.set_item(key, value);
+        self.keep(result)
+    }
+    fn end_object(&mut self, object: Self::Object) -> Result<Self::Value, ParseError> {
+        Ok(object.into_any())
     }
 }

@@ -241,14 +241,17 @@ impl InsertRows {
 
     /// One list per column, for `INSERT … SELECT … FROM unnest(...)`:
     /// `kinds`, `queues`, `args`, `priorities`, `max_attempts`, `max_crashes`,
-    /// `run_at_us`, `tags` (array literals), `metadata`, `unique_keys`
-    /// (bytes), `unique_states`, `timeout_ms`, `deadline_us`.
+    /// `run_at` (timestamp text), `tags` (array literals), `metadata`,
+    /// `unique_keys` (bytes), `unique_states`, `timeout_ms`, `deadline`
+    /// (timestamp text).
     fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let tags: Vec<Option<String>> = self
             .tags
             .iter()
             .map(|tags| tags.as_deref().map(payload::text_array_literal))
             .collect();
+        let run_at = timestamp_texts(&self.run_at_us);
+        let deadline = timestamp_texts(&self.deadline_us);
         let unique_keys = PyList::new(
             py,
             self.unique_keys
@@ -263,13 +266,13 @@ impl InsertRows {
             self.priorities.clone().into_pyobject(py)?.into_any(),
             self.max_attempts.clone().into_pyobject(py)?.into_any(),
             self.max_crashes.clone().into_pyobject(py)?.into_any(),
-            self.run_at_us.clone().into_pyobject(py)?.into_any(),
+            run_at.into_pyobject(py)?.into_any(),
             tags.into_pyobject(py)?.into_any(),
             self.metadata.clone().into_pyobject(py)?.into_any(),
             unique_keys.into_any(),
             self.unique_states.clone().into_pyobject(py)?.into_any(),
             self.timeout_ms.clone().into_pyobject(py)?.into_any(),
-            self.deadline_us.clone().into_pyobject(py)?.into_any(),
+            deadline.into_pyobject(py)?.into_any(),
         ];
         PyTuple::new(py, columns)
     }
@@ -482,7 +485,7 @@ impl InsertRows {
         writer.comma();
         optional_json_int(writer, self.max_crashes[row].map(i64::from));
         writer.comma();
-        optional_json_int(writer, self.run_at_us[row]);
+        optional_json_timestamp(writer, self.run_at_us[row]);
         writer.comma();
         match &self.tags[row] {
             Some(tags) if !tags.is_empty() => {
@@ -520,7 +523,7 @@ impl InsertRows {
         writer.comma();
         optional_json_int(writer, self.timeout_ms[row].map(i64::from));
         writer.comma();
-        optional_json_int(writer, self.deadline_us[row]);
+        optional_json_timestamp(writer, self.deadline_us[row]);
         writer.end_array();
     }
 
@@ -609,6 +612,26 @@ fn optional_json_int(writer: &mut JsonWriter, value: Option<i64>) {
         Some(number) => writer.i64(number),
         None => writer.null(),
     }
+}
+
+/// A checked moment as the timestamp text `PostgreSQL` reads exactly
+/// (`2026-11-30 16:33:51.123456+00`), or null.
+fn optional_json_timestamp(writer: &mut JsonWriter, micros: Option<i64>) {
+    match micros {
+        Some(micros) => writer
+            .string(&payload::format_timestamp_us(micros))
+            .expect("a timestamp holds no NUL"),
+        None => writer.null(),
+    }
+}
+
+/// Checked moments as timestamp text, for a `text[]` cast to `timestamptz`:
+/// exact over years 1–9999, where arithmetic on an interval is not.
+fn timestamp_texts(micros: &[Option<i64>]) -> Vec<Option<String>> {
+    micros
+        .iter()
+        .map(|micros| micros.map(payload::format_timestamp_us))
+        .collect()
 }
 
 fn optional_copy_field(out: &mut String, value: Option<&str>) {
@@ -1025,6 +1048,8 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
         PyTuple::new(module.py(), FailureReason::ALL.map(FailureReason::as_str))?,
     )?;
     module.add("MAX_TAGS", payload::MAX_TAGS)?;
+    module.add("MAX_INT_DIGITS", crate::json::MAX_INT_DIGITS)?;
+    module.add("MAX_UNIQUE_PERIOD_S", unique::MAX_PERIOD_S)?;
     module.add("MAX_NAME_CHARS", payload::MAX_NAME_CHARS)?;
     module.add("MAX_STAGED_FOLLOW_UPS", staging::MAX_STAGED_FOLLOW_UPS)?;
     module.add("MAX_STAGED_BYTES", staging::MAX_STAGED_BYTES)?;

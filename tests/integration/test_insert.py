@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import datetime
 import json
+import math
 
 import asyncpg
 import pytest
@@ -13,7 +14,7 @@ from pydantic import BaseModel, Field
 
 import awa
 from awa.worker.notifier import CHANNEL
-from tests.support import wait_for_state
+from tests.support import FAST_WORKER, wait_for_state
 
 UTC = datetime.UTC
 
@@ -288,3 +289,144 @@ async def test_max_crashes_defaults_to_the_queues_then_to_five(client):
     assert [j.max_crashes for j in (risky, patient, plain, explicit, copied)] == [1, None, 5, 3, 1]
     with pytest.raises(awa.ConfigurationError, match="max_crashes"):
         client.set_queue_defaults("risky", max_crashes=-1)
+
+
+# ── timestamps are stored exactly ────────────────────────────────────────
+
+FIRST = datetime.datetime(1, 1, 1, tzinfo=UTC)
+LAST = datetime.datetime.max.replace(tzinfo=UTC)  # 9999-12-31T23:59:59.999999Z
+
+#: Moments over years 1–9999 whose microseconds float arithmetic loses
+#: (everything outside about 1685–2255), and a few inside that range.
+MOMENTS = [
+    FIRST,
+    datetime.datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+    datetime.datetime(1500, 6, 15, 12, 30, 45, 123_457, tzinfo=UTC),
+    datetime.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+    datetime.datetime(2026, 11, 30, 16, 33, 51, 123_456, tzinfo=UTC),
+    datetime.datetime(2400, 2, 29, 0, 0, 0, 7, tzinfo=UTC),
+    datetime.datetime(
+        5000, 7, 1, 5, 30, 0, 999_999, tzinfo=datetime.timezone(datetime.timedelta(hours=5))
+    ),
+    LAST,
+]
+
+INSERT_PATHS = [
+    "insert",
+    "insert_many",
+    "insert_many_copy",
+    "enqueue_many_copy",
+    "durable_follow_up",
+    "staged_follow_up",
+]
+
+
+class Stamp(BaseModel):
+    n: int
+
+
+class Trigger(BaseModel):
+    n: int
+
+
+async def insert_stamps(path: str, client: awa.AsyncClient, conn: asyncpg.Connection) -> None:
+    """One ``stamp`` job per moment, with that moment as run_at and deadline,
+    written by ``path``."""
+    jobs = [Stamp(n=n) for n in range(len(MOMENTS))]
+    options = [{"run_at": moment, "deadline": moment} for moment in MOMENTS]
+    if path == "insert":
+        for args, opts in zip(jobs, options, strict=True):
+            await client.insert(args, queue="stamps", **opts)
+    elif path in ("insert_many", "insert_many_copy", "enqueue_many_copy"):
+        await getattr(client, path)(jobs, queue="stamps", opts=options)
+    elif path == "durable_follow_up":
+        client.on_cancelled_enqueue_with(
+            Trigger,
+            lambda args, job, reason: awa.EnqueueRequest(
+                Stamp(n=args.n), queue="stamps", **options[args.n]
+            ),
+        )
+        for n in range(len(MOMENTS)):
+            trigger = await client.insert(Trigger(n=n), queue="triggers")
+            await client.cancel(trigger.id)
+    else:
+
+        @client.task(Trigger, queue="triggers")
+        async def stage(job: awa.Job[Trigger]) -> None:
+            for args, opts in zip(jobs, options, strict=True):
+                job.enqueue_on_completion(args, queue="stamps", **opts)
+
+        trigger = await client.insert(Trigger(n=0), queue="triggers")
+        await client.start([("triggers", 1)], **FAST_WORKER)
+        await wait_for_state(conn, trigger.id, "completed")
+
+
+@pytest.mark.parametrize("path", INSERT_PATHS)
+async def test_run_at_and_deadline_are_stored_to_the_microsecond_over_years_1_to_9999(
+    client, conn, path
+):
+    await insert_stamps(path, client, conn)
+    rows = await conn.fetch(
+        "SELECT id, run_at, deadline_at FROM awa.jobs WHERE kind = 'stamp'"
+        " ORDER BY (args ->> 'n')::int"
+    )
+    assert [row["run_at"] for row in rows] == MOMENTS
+    assert [row["deadline_at"] for row in rows] == MOMENTS
+    # The client reads every one of them back too.
+    listed = await client.list_jobs(kind="stamp")
+    assert sorted(job.run_at for job in listed) == sorted(MOMENTS)
+    assert (await client.get_job(rows[-1]["id"])).run_at == LAST
+
+
+async def test_the_latest_run_at_is_stored_and_read_back(client):
+    job = await client.insert(Stamp(n=1), run_at=LAST)
+    assert job.run_at == LAST
+    assert job.state is awa.JobState.Scheduled
+    assert [listed.run_at for listed in await client.list_jobs()] == [LAST]
+
+
+async def test_a_job_with_the_latest_deadline_is_claimed_and_completes(client, conn):
+    @client.task(Stamp, queue="stamps")
+    async def handle(job: awa.Job[Stamp]) -> None:
+        return None
+
+    job = await client.insert(Stamp(n=1), deadline=LAST, run_at=FIRST)
+    await client.start([("stamps", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, job.id, "completed")
+    assert row["deadline_at"] == LAST
+
+
+@pytest.mark.parametrize("path", INSERT_PATHS[:4])
+@pytest.mark.parametrize("option", ["run_at", "deadline"])
+async def test_moments_outside_years_1_to_9999_in_utc_are_refused_before_writing(
+    client, conn, path, option
+):
+    east = datetime.timezone(datetime.timedelta(hours=5))
+    west = datetime.timezone(-datetime.timedelta(hours=5))
+    for moment in (
+        datetime.datetime.min.replace(tzinfo=east),  # year 0 in UTC
+        datetime.datetime.max.replace(tzinfo=west),  # year 10000 in UTC
+        datetime.timedelta(days=-800_000),
+        datetime.timedelta.max,
+    ):
+        with pytest.raises(awa.ValidationError) as raised:
+            if path == "insert":
+                await client.insert(Stamp(n=0), **{option: moment})
+            else:
+                await getattr(client, path)([Stamp(n=0)], **{option: moment})
+        assert raised.value.field == option
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+async def test_jsonb_keeps_numbers_by_value_and_orders_keys(client):
+    """What PostgreSQL's jsonb does on its own, as docs/operations.md tells
+    ("What a payload stores, and what reads back")."""
+    args = {"whole": 1e16, "huge": 1.5e300, "negzero": -0.0, "below": 1e15, "tiny": 1.5e-7}
+    job = await client.insert(args, kind="k")
+    stored = (await client.get_job(job.id, include_payload=True)).args
+    assert list(stored) == ["huge", "tiny", "below", "whole", "negzero"]
+    assert stored["whole"] == 10**16 and type(stored["whole"]) is int
+    assert type(stored["huge"]) is int and float(stored["huge"]) == 1.5e300
+    assert stored["negzero"] == 0.0 and math.copysign(1.0, stored["negzero"]) == 1.0
+    assert stored["below"] == 1e15 and type(stored["below"]) is float
+    assert stored["tiny"] == 1.5e-7

@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import sys
+import uuid
 
+import pydantic
 import pytest
 
 import awa
@@ -104,3 +107,78 @@ async def test_validation_error_is_a_value_error_with_a_readable_message(client,
     error = await refused(client, conn, priority=9)
     assert isinstance(error, ValueError)
     assert str(error) == "priority: must be between 1 and 4 (got 9)"
+
+
+class Ratio(pydantic.BaseModel):
+    ratio: float
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf], ids=repr)
+async def test_a_model_holding_nan_or_an_infinity_is_refused_by_field(client, conn, number):
+    assert (await refused(client, conn, args=Ratio(ratio=number))).field == "args.ratio"
+    error = await refused(client, conn, metadata={"seen": [Ratio(ratio=number)]})
+    assert error.field == "metadata.seen[0].ratio"
+    for insert in (client.insert_many, client.insert_many_copy, client.enqueue_many_copy):
+        with pytest.raises(awa.ValidationError) as raised:
+            await insert([{"ok": 1}, Ratio(ratio=number)], kind="k")
+        assert raised.value.field == "args.ratio"
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf], ids=repr)
+async def test_a_callback_payload_holding_nan_is_refused_by_field(client, number):
+    callback = uuid.uuid4()
+    for resolve in (client.complete_external, client.resume_external, client.resolve_callback):
+        with pytest.raises(awa.ValidationError) as raised:
+            await resolve(callback, {"result": Ratio(ratio=number)})
+        assert raised.value.field == "payload.result.ratio"
+        with pytest.raises(awa.ValidationError) as raised:
+            await resolve(callback, {"plain": [number]})
+        assert raised.value.field == "payload.plain[0]"
+
+
+@pytest.fixture
+def int_digit_limit():
+    """Sets the interpreter's int/str conversion limit; restores it afterwards."""
+    before = sys.get_int_max_str_digits()
+    try:
+        yield sys.set_int_max_str_digits
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize("interpreter_limit", [0, 4300])
+async def test_integers_beyond_4300_digits_are_refused_by_field(
+    client, conn, int_digit_limit, interpreter_limit
+):
+    int_digit_limit(interpreter_limit)
+    for value in (10**4300, -(10**4300), 10**200_000):
+        assert (await refused(client, conn, args={"n": [value]})).field == "args.n[0]"
+        assert (await refused(client, conn, metadata={"n": value})).field == "metadata.n"
+
+
+@pytest.mark.parametrize("interpreter_limit", [0, 640, 4300])
+async def test_integers_of_4300_digits_are_stored_and_read_back(
+    client, int_digit_limit, interpreter_limit
+):
+    int_digit_limit(interpreter_limit)
+    largest = 10**4300 - 1
+    job = await client.insert({"n": largest, "m": -largest}, kind="k", metadata={"n": largest})
+    stored = await client.get_job(job.id, include_payload=True)
+    assert stored.args == {"n": largest, "m": -largest}
+    assert stored.metadata == {"n": largest}
+
+
+@pytest.mark.parametrize("period", [math.nan, math.inf, -math.inf, 1e300, 10**30], ids=repr)
+async def test_a_unique_period_must_be_a_finite_bounded_number_of_seconds(client, conn, period):
+    error = await refused(client, conn, unique_opts={"by_period": period})
+    assert error.field == "unique_opts.by_period"
+    error = await refused(client, conn, unique_opts=awa.UniqueOpts(by_period=period))
+    assert error.field == "unique_opts.by_period"
+
+
+@pytest.mark.parametrize(
+    "timeout", [10**400, -(10**400), 1.7e308], ids=["huge", "-huge", "1.7e308"]
+)
+async def test_a_timeout_far_out_of_range_is_refused_by_field(client, conn, timeout):
+    assert (await refused(client, conn, timeout=timeout)).field == "timeout"

@@ -10,7 +10,9 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import sys
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pydantic
@@ -21,6 +23,7 @@ from awa import _core
 
 DEEPEST_ENCODABLE = 256
 DEEPEST_DECODABLE = 512
+MAX_INT_DIGITS = 4300
 
 
 def refusal(value: object, field: str = "args") -> awa.ValidationError:
@@ -303,6 +306,86 @@ def test_nan_written_by_a_pydantic_model_is_refused() -> None:
     assert "NaN" in str(error)
 
 
+class Ratio(pydantic.BaseModel):
+    ratio: float
+    note: str | None = None
+
+
+class Scores(pydantic.BaseModel):
+    scores: list[float]
+    inner: Ratio | None = None
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=repr)
+def test_a_pydantic_model_holding_nan_or_an_infinity_is_refused_by_field(number: float) -> None:
+    # pydantic writes these as null by default, which would fail every attempt.
+    error = refusal(Ratio(ratio=number))
+    assert error.field == "args.ratio"
+    assert "NaN and infinities are not numbers in JSON" in str(error)
+
+
+def test_nan_deep_inside_pydantic_models_names_the_path() -> None:
+    nested = Scores(scores=[1.0], inner=Ratio(ratio=float("nan")))
+    assert refusal({"runs": [nested]}, field="metadata").field == "metadata.runs[0].inner.ratio"
+    assert refusal(Scores(scores=[0.5, float("inf")])).field == "args.scores[1]"
+
+
+def test_a_model_whose_serializer_writes_nan_as_a_string_is_stored_as_it_says() -> None:
+    class AsText(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(ser_json_inf_nan="strings")
+        ratio: float
+
+    assert _core.encode_json(AsText(ratio=float("nan"))) == '{"ratio":"NaN"}'
+
+
+def test_none_in_a_pydantic_model_is_still_null() -> None:
+    assert _core.encode_json(Ratio(ratio=0.5)) == '{"ratio":0.5,"note":null}'
+
+
+@pytest.fixture
+def int_digit_limit() -> Iterator[Callable[[int], None]]:
+    """Sets the interpreter's int/str conversion limit; restores it afterwards."""
+    before = sys.get_int_max_str_digits()
+    try:
+        yield sys.set_int_max_str_digits
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+LARGEST = 10**MAX_INT_DIGITS - 1  # 4300 nines
+
+
+@pytest.mark.parametrize("interpreter_limit", [0, 640, 4300])
+def test_integers_of_up_to_4300_digits_round_trip_whatever_the_interpreter_limit(
+    int_digit_limit: Callable[[int], None], interpreter_limit: int
+) -> None:
+    int_digit_limit(interpreter_limit)
+    for value in (LARGEST, -LARGEST, 2**64, -(2**63) - 1):
+        assert round_trip({"n": value}) == {"n": value}
+
+
+@pytest.mark.parametrize("interpreter_limit", [0, 640, 4300])
+def test_integers_beyond_4300_digits_are_refused_by_field_whatever_the_interpreter_limit(
+    int_digit_limit: Callable[[int], None], interpreter_limit: int
+) -> None:
+    int_digit_limit(interpreter_limit)
+    for value in (LARGEST + 1, -LARGEST - 1, 10**200_000):
+        error = refusal({"outer": [value]})
+        assert error.field == "args.outer[0]"
+        assert "at most 4300 digits" in str(error)
+
+
+def test_an_oversized_integer_written_by_pydantic_is_refused_by_field(
+    int_digit_limit: Callable[[int], None],
+) -> None:
+    class Count(pydantic.BaseModel):
+        n: int
+
+    int_digit_limit(0)  # or pydantic could not write it at all
+    assert refusal({"count": Count(n=10**5000)}).field == "args.count.n"
+    assert round_trip(Count(n=LARGEST)) == {"n": LARGEST}
+
+
 def test_non_string_dict_keys_are_refused_at_the_dict() -> None:
     error = refusal({"counts": {1: "one"}})
     assert error.field == "args.counts"
@@ -406,20 +489,93 @@ def test_a_repeated_key_keeps_its_last_value() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "offset"),
+    ("text", "where"),
     [
-        ("", 0),
-        ('{"a":', 5),
-        ("[1] x", 4),
-        ("[1,]", 3),
-        ("'a'", 0),
-        ("NaN", 0),
-        ("tru", 0),
+        ("", "0: EOF while parsing a value"),
+        ('{"a":', "5: EOF while parsing a value"),
+        ("[1] x", "4: trailing characters"),
+        ("[1,]", "3: trailing comma"),
+        ("'a'", "0: expected value"),
+        ("NaN", "0: expected value"),
+        ("tru", "3: EOF while parsing a value"),
+        ("[1, 01]", "5: invalid number"),
+        ('"\\u+041"', "3: invalid escape"),
     ],
 )
-def test_invalid_json_names_the_byte_offset(text: str, offset: int) -> None:
-    with pytest.raises(ValueError, match=f"^invalid JSON at byte {offset}$"):
+def test_invalid_json_names_the_byte_offset_and_the_reason(text: str, where: str) -> None:
+    with pytest.raises(ValueError) as raised:
         _core.decode_json(text)
+    assert str(raised.value) == f"invalid JSON at byte {where}"
+
+
+def test_an_integer_beyond_4300_digits_is_invalid_json() -> None:
+    with pytest.raises(ValueError, match=r"^invalid JSON at byte .*more than 4300 digits"):
+        _core.decode_json("[" + "7" * (MAX_INT_DIGITS + 1) + "]")
+    assert _core.MAX_INT_DIGITS == MAX_INT_DIGITS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "01",
+        "-01",
+        "00",
+        "[-00]",
+        '"\\u+041"',
+        '"\\u-041"',
+        '"\\u 041"',
+        '"\\u00G1"',
+        '"\\x41"',
+        '"\\a"',
+        "+1",
+        ".5",
+        "1.",
+        "1.e5",
+        "1e",
+        "1e+",
+        "0x10",
+        "-",
+        "Infinity",
+        "-Infinity",
+        "[1,]",
+        '{"a": 1,}',
+        "[,1]",
+        "{a: 1}",
+        '{"a" 1}',
+        "[1 2]",
+        '"tab\tinside"',
+        '"line\ninside"',
+        "\u00a01",
+        "\x0c1",
+        "\ufeff{}",
+        '"\\udc00"',
+        '"\\ud800\\u0041"',
+        "nul",
+        "[true false]",
+    ],
+    ids=repr,
+)
+def test_the_reader_refuses_what_rfc_8259_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^invalid JSON at byte"):
+        _core.decode_json(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("-0", 0),
+        ("0", 0),
+        ("0e1", 0.0),
+        ("-0.0e-1", -0.0),
+        ("1E+2", 100.0),
+        ("1e-400", 0.0),
+        ('"\\/\\b\\f\\u00e9\\uD83D\\uDE00"', "/\b\fé😀"),
+        (' \t\r\n[ 1 , {"a" : null } ]\n ', [1, {"a": None}]),
+    ],
+    ids=repr,
+)
+def test_the_reader_accepts_what_rfc_8259_accepts(text: str, value: object) -> None:
+    assert _core.decode_json(text) == value
 
 
 def test_a_lone_surrogate_escape_is_invalid_json() -> None:

@@ -331,7 +331,7 @@ def test_columns_hold_one_list_per_field() -> None:
         [2, 1],
         [25, 3],
         [None, 0],
-        [None, 5],
+        [None, "1970-01-01 00:00:00.000005+00"],
         [None, '{"a","b"}'],
         [None, '{"trace":"t1"}'],
         [None, None],
@@ -341,12 +341,32 @@ def test_columns_hold_one_list_per_field() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("micros", "text"),
+    [
+        (FIRST_INSTANT_US, "0001-01-01 00:00:00.000000+00"),
+        (FIRST_INSTANT_US + 1, "0001-01-01 00:00:00.000001+00"),
+        (-1, "1969-12-31 23:59:59.999999+00"),
+        (LAST_INSTANT_US, "9999-12-31 23:59:59.999999+00"),
+    ],
+)
+def test_run_at_and_deadline_go_to_sql_as_exact_timestamp_text(micros: int, text: str) -> None:
+    rows = rows_of(job(run_at_us=micros, deadline_us=micros))
+    columns = rows.columns()
+    assert (columns[6], columns[12]) == ([text], [text])
+    assert rows.json_rows().endswith(f',"{text}",null,null,null,null,null,"{text}"]]')
+    assert rows.copy_text(0).decode().endswith(f"\t{text}\t\\N\t{text}\n")
+
+
 def test_timeouts_and_deadlines_are_checked_and_kept() -> None:
     rows = _core.InsertRows(2)
     rows.add({}, "k", "q", 2, 25, None, None, None, None, timeout_ms=1500, deadline_us=7)
     rows.add({}, "k", "q", 2, 25, None, None, None, None)
-    assert rows.columns()[11:] == ([1500, None], [7, None])
-    assert '"k","q",{},2,25,null,null,null,null,null,null,1500,7]' in rows.json_rows()
+    assert rows.columns()[11:] == ([1500, None], ["1970-01-01 00:00:00.000007+00", None])
+    assert (
+        '"k","q",{},2,25,null,null,null,null,null,null,1500,"1970-01-01 00:00:00.000007+00"]'
+        in rows.json_rows()
+    )
     assert rows.copy_columns()[-2:] == ["timeout_ms", "deadline_at"]
     for field, kwargs in [
         ("timeout", {"timeout_ms": 0}),

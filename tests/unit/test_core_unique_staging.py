@@ -8,8 +8,10 @@ attempt, closes when the handler returns, and reports every refusal as an
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
+import pydantic
 import pytest
 
 import awa
@@ -86,6 +88,64 @@ def test_args_that_differ_only_in_key_order_get_the_same_key() -> None:
     one = {"b": 1, "a": {"y": [1, {"q": 2, "p": 3}], "x": None}}
     two = {"a": {"x": None, "y": [1, {"p": 3, "q": 2}]}, "b": 1}
     assert key_of(args=one) == key_of(args=two)
+
+
+class Shipment(pydantic.BaseModel):
+    user_id: int
+    ratio: float
+    big: float
+    shipped_at: datetime.datetime
+    note: str | None = None
+
+
+#: Keys as awa 0.1 computed them (kind ``send_email``, queue ``email``, hourly
+#: period at 2026-11-30T16:33:51Z). The database holds these keys, so a new
+#: version that computed others would let duplicates of waiting jobs in.
+STABLE_KEYS = {
+    "plain": ({"to": "a@b.c", "subject": "hi"}, "e98f7a2039670d80fdc22f8160ba7fd9"),
+    "reordered": ({"subject": "hi", "to": "a@b.c"}, "e98f7a2039670d80fdc22f8160ba7fd9"),
+    "numbers": (
+        {
+            "i": 7,
+            "neg": -12,
+            "big": 2**64 + 1,
+            "huge": -(10**40),
+            "f": 1.5,
+            "tiny": 5e-324,
+            "large": 1e300,
+            "whole": 1e16,
+            "negzero": -0.0,
+            "third": 1 / 3,
+        },
+        "97fa1ca47344021c9e61f5faa4b868e8",
+    ),
+    "text": (
+        {"é": "ü 日本 😀", "esc": 'q"b\\s/ t\tn\nr\r c\x01 \x1f', "A": 1, "a": 2, "": ""},
+        "0819ee68141e0f9386843916ea7d857c",
+    ),
+    "nested": (
+        {"z": [{"y": [True, None, False]}, [], {}], "a": {"d": {"c": [1, [2, [3.25]]]}}},
+        "37e51b05d6c0847b1143eb89a4eb23de",
+    ),
+    "pydantic": (
+        {
+            "order": Shipment(
+                user_id=123456,
+                ratio=0.1,
+                big=1e300,
+                shipped_at=datetime.datetime(2026, 11, 30, 16, 33, tzinfo=datetime.UTC),
+            )
+        },
+        "15812edc44a57b7480228e62888f9b49",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", STABLE_KEYS)
+def test_unique_keys_are_the_same_as_in_earlier_versions(name: str) -> None:
+    args, key = STABLE_KEYS[name]
+    now_us = 1_796_056_431_000_000
+    assert key_of(args=args, period_s=3600, now_us=now_us).hex() == key
 
 
 def test_keys_differ_by_kind() -> None:
@@ -242,6 +302,17 @@ def test_every_insert_limit_is_a_staging_error_when_staging(
     assert error.field == field
     assert str(error).startswith(f"{field}: ")
     assert not isinstance(error, awa.ValidationError)
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf")], ids=repr)
+def test_a_follow_up_whose_model_holds_nan_is_a_staging_error_naming_the_field(
+    number: float,
+) -> None:
+    class Ratio(pydantic.BaseModel):
+        ratio: float
+
+    assert staging_refusal(args=Ratio(ratio=number)).field == "args.ratio"
+    assert staging_refusal(metadata={"r": [Ratio(ratio=number)]}).field == "metadata.r[0].ratio"
 
 
 def test_a_bad_unique_option_is_a_staging_error_when_staging() -> None:
