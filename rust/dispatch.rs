@@ -324,7 +324,10 @@ mod tests {
         d.settle_claim(&plan, true);
         assert_eq!(d.queues()[0].reserved, 0);
         assert_eq!(d.queues()[0].running, 0);
-        assert!(d.can_claim(), "a failed claim learned nothing about the queue");
+        assert!(
+            d.can_claim(),
+            "a failed claim learned nothing about the queue"
+        );
         assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 4)]);
     }
 

@@ -112,7 +112,9 @@ async def ledger(conn: asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A direct connection for arranging and asserting, on a clean schema."""
     connection = await asyncpg.connect(database_url)
-    await connection.execute("TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY")
+    await connection.execute(
+        "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY"
+    )
     try:
         yield connection
     finally:

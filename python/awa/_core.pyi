@@ -26,6 +26,7 @@ __all__ = [
     "MAX_UNIQUE_PERIOD_S",
     "CompletionBatch",
     "Dispatcher",
+    "Flush",
     "InsertRows",
     "backoff_seconds",
     "decode_json",
@@ -34,7 +35,18 @@ __all__ = [
     "plan_rescue",
 ]
 
-_RetryState: TypeAlias = Literal["retryable", "failed"]
+_RecordedState: TypeAlias = Literal[
+    "completed", "retryable", "scheduled", "waiting_external", "cancelled", "failed"
+]
+_OutcomeCode: TypeAlias = Literal[
+    "completed",
+    "retry_after",
+    "snooze",
+    "waiting_for_callback",
+    "cancelled",
+    "failed",
+    "failed_terminal",
+]
 
 _OutcomeColumns: TypeAlias = tuple[
     list[int],  # job ids
@@ -373,10 +385,12 @@ class Dispatcher:
         or the job is already held.
         """
 
-    def settle_claim(self, plan_id: int) -> None:
+    def settle_claim(self, plan_id: int, failed: bool = False) -> None:
         """Ends a plan: gives back reservations no job started in, and marks
-        a queue that returned fewer jobs than asked as empty. Raises
-        ``RuntimeError`` for an unknown (or already settled) plan."""
+        a queue that returned fewer jobs than asked as empty, unless the
+        claim ``failed`` (it learned nothing about the queues, so they stay
+        ready for the retry). Raises ``RuntimeError`` for an unknown (or
+        already settled) plan."""
 
     def finish(self, job_id: int) -> bool:
         """Frees the slot of a finished job (an unknown id is ignored);
@@ -421,68 +435,43 @@ class CompletionBatch:
         oldest has waited ``max_age_s`` seconds (finite, >= 0); ``seed``
         feeds the retry jitter. Raises ``ValueError`` for bad settings."""
 
-    def completed(self, job_id: int, run_lease: int, now: float) -> None:
-        """The handler returned normally: state ``completed``."""
-
-    def retry_after(
+    def record(
         self,
         job_id: int,
         run_lease: int,
         attempt_no: int,
         max_attempts: int,
         crashes: int,
-        delay_s: float,
+        outcome: _OutcomeCode,
         now: float,
-    ) -> _RetryState:
-        """The handler asked to run again after ``delay_s`` seconds (negative
-        counts as 0). This uses an attempt: with none left (``attempt_no -
-        crashes >= max_attempts``) the job fails with a ``RetryAfter`` error
-        entry. Returns the state chosen."""
+        delay_s: float | None = None,
+        error_type: str = "",
+        message: str = "",
+        traceback: str | None = None,
+    ) -> _RecordedState:
+        """Buffers one attempt's outcome and returns the state the job goes to.
 
-    def snooze(self, job_id: int, run_lease: int, delay_s: float, now: float) -> None:
-        """The handler deferred itself by ``delay_s`` seconds: state
-        ``scheduled``, and the attempt is refunded."""
+        ``outcome`` is one of:
 
-    def waiting_for_callback(self, job_id: int, run_lease: int, now: float) -> None:
-        """The handler returned ``WaitForCallback``: state ``waiting_external``
-        (written only if the attempt registered a callback)."""
+        - ``completed``: state ``completed``.
+        - ``retry_after``: ``retryable`` after ``delay_s`` (negative counts
+          as 0); this uses an attempt, so with none left (``attempt_no -
+          crashes >= max_attempts``) the job fails with a ``RetryAfter``
+          error entry.
+        - ``snooze``: ``scheduled`` after ``delay_s``; the attempt is refunded.
+        - ``waiting_for_callback``: ``waiting_external`` (written only if the
+          attempt registered a callback).
+        - ``cancelled``: ``cancelled``, with a ``Cancel`` error entry holding
+          ``message`` as the reason.
+        - ``failed``: ``retryable`` after :func:`backoff_seconds` of the
+          failures so far (``attempt_no - crashes``) while attempts remain,
+          else ``failed``.
+        - ``failed_terminal``: ``failed`` now.
 
-    def cancelled(
-        self, job_id: int, run_lease: int, attempt_no: int, reason: str, now: float
-    ) -> None:
-        """The handler cancelled the job: state ``cancelled``, with a
-        ``Cancel`` error entry holding ``reason``."""
-
-    def failed_terminal(
-        self,
-        job_id: int,
-        run_lease: int,
-        attempt_no: int,
-        error_type: str,
-        message: str,
-        traceback: str | None,
-        now: float,
-    ) -> None:
-        """The handler raised an error that must not be retried: state
-        ``failed`` with an error entry."""
-
-    def failed(
-        self,
-        job_id: int,
-        run_lease: int,
-        attempt_no: int,
-        max_attempts: int,
-        crashes: int,
-        error_type: str,
-        message: str,
-        traceback: str | None,
-        now: float,
-    ) -> _RetryState:
-        """The handler raised: ``retryable`` after :func:`backoff_seconds` of
-        the failures so far (``attempt_no - crashes``) while attempts remain,
-        else ``failed``. Either way the error entry is recorded (message cut
-        to 2 000 characters, traceback to its last 4 000, NUL replaced).
-        Returns the state chosen."""
+        Failures record an error entry from ``error_type``, ``message`` (cut
+        to 2 000 characters) and ``traceback`` (its last 4 000), NUL
+        replaced. Raises ``ValueError`` for an unknown ``outcome`` or a
+        ``retry_after``/``snooze`` without ``delay_s``."""
 
     def is_due(self, now: float) -> bool:
         """Whether to flush now: ``max_rows`` outcomes are buffered, or the
@@ -491,10 +480,31 @@ class CompletionBatch:
     def due_in(self, now: float) -> float | None:
         """Seconds until a flush is due (0 when it is), ``None`` when empty."""
 
-    def take(self) -> _OutcomeColumns:
+    def ids(self) -> list[int]:
+        """The job ids of the outcomes buffered, oldest first."""
+
+    def take(self) -> Flush:
         """Hands out the oldest ``max_rows`` buffered outcomes (all, when fewer)
-        as ``(ids, run_leases, states, delays_s, refunds, errors)``; what
-        remains is due at once."""
+        as one :class:`Flush`; what remains is due at once."""
 
     def __len__(self) -> int:
         """The number of outcomes buffered."""
+
+@final
+class Flush:
+    """Outcomes taken from a :class:`CompletionBatch` for one write."""
+
+    @property
+    def ids(self) -> list[int]:
+        """The job ids, in row order."""
+
+    def params(self) -> _OutcomeColumns:
+        """``(ids, run_leases, states, delays_s, refunds, errors)``, one list per
+        column, for the guarded batch update."""
+
+    def remove(self, job_id: int) -> bool:
+        """Takes the job's row out of this write (its outcome is recorded again
+        instead); ``False`` when it holds none."""
+
+    def __len__(self) -> int:
+        """The number of outcomes in this write."""

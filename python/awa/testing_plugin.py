@@ -53,7 +53,9 @@ R = TypeVar("R")
 # (database names are made here), and none belongs to awa's runtime queries.
 _CREATE_DATABASE: Final = 'CREATE DATABASE "{name}"'
 _DROP_DATABASE: Final = 'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-_EMPTY_TABLES: Final = "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY"
+_EMPTY_TABLES: Final = (
+    "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY"
+)
 
 
 @pytest.fixture(scope="session")

@@ -898,9 +898,8 @@ impl CompletionBatch {
             message,
             traceback,
         };
-        let delay = || {
-            delay_s.ok_or_else(|| PyValueError::new_err(format!("{outcome} needs delay_s")))
-        };
+        let delay =
+            || delay_s.ok_or_else(|| PyValueError::new_err(format!("{outcome} needs delay_s")));
         let outcome = match outcome {
             "completed" => Outcome::Completed,
             "retry_after" => Outcome::RetryAfter { delay_s: delay()? },
@@ -909,11 +908,7 @@ impl CompletionBatch {
             "cancelled" => Outcome::Cancelled { reason: message },
             "failed" => Outcome::Failed(report),
             "failed_terminal" => Outcome::FailedTerminal(report),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown outcome {other:?}"
-                )))
-            }
+            other => return Err(PyValueError::new_err(format!("unknown outcome {other:?}"))),
         };
         let at = attempt(job_id, run_lease, attempt_no, max_attempts, crashes);
         Ok(self.inner.record(at, &outcome, now).as_str())

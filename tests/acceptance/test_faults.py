@@ -262,9 +262,12 @@ async def test_shutdown_says_how_many_outcomes_it_could_not_write(restricted, co
         for message in messages
     ), messages
     # They were not lost silently: their jobs are still running, to be rescued.
-    assert await conn.fetchval(
-        "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'running'", ids
-    ) == 3
+    assert (
+        await conn.fetchval(
+            "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'running'", ids
+        )
+        == 3
+    )
 
 
 async def test_a_service_that_cannot_recover_makes_the_worker_unhealthy(restricted, conn):

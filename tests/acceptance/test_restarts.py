@@ -84,14 +84,18 @@ async def test_no_run_lease_is_handed_out_twice_after_an_immediate_restart(own_s
         # A claim committed asynchronously, as workers claim: the immediate
         # stop comes before the WAL writer flushed it, so the server forgets it.
         await conn.execute("SET synchronous_commit = off")
-        [first] = await conn.fetch(sql.query("jobs_claim"), ["default"], [1], worker_id, [], [], [None])
+        [first] = await conn.fetch(
+            sql.query("jobs_claim"), ["default"], [1], worker_id, [], [], [None]
+        )
         await conn.close()
         own_server.restart("immediate")
         conn = await asyncpg.connect(own_server.url)
         assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job_id) == (
             "available"
         ), "the claim should have been lost with the crash"
-        [second] = await conn.fetch(sql.query("jobs_claim"), ["default"], [1], worker_id, [], [], [None])
+        [second] = await conn.fetch(
+            sql.query("jobs_claim"), ["default"], [1], worker_id, [], [], [None]
+        )
         assert second["id"] == first["id"] == job_id
         assert second["run_lease"] != first["run_lease"], "a run lease was handed out twice"
         # The forgotten attempt's outcome cannot finish the new one.

@@ -101,9 +101,7 @@ def test_queue_options_are_parsed_and_checked():
         parse_queues(["email=many"])
 
 
-async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(
-    restricted, conn, tmp_path
-):
+async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(restricted, conn, tmp_path):
     from tests.faults import revoked
 
     role, url = restricted

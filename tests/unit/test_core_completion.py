@@ -75,15 +75,24 @@ def retry_after(
     delay_s: float,
     now: float,
 ) -> str:
-    return batch.record(job_id, run_lease, attempt_no, max_attempts, crashes, "retry_after", now, delay_s)
+    return batch.record(
+        job_id, run_lease, attempt_no, max_attempts, crashes, "retry_after", now, delay_s
+    )
 
 
-def snooze(batch: _core.CompletionBatch, job_id: int, run_lease: int, delay_s: float, now: float) -> str:
+def snooze(
+    batch: _core.CompletionBatch, job_id: int, run_lease: int, delay_s: float, now: float
+) -> str:
     return batch.record(job_id, run_lease, 1, 1, 0, "snooze", now, delay_s)
 
 
 def cancelled(
-    batch: _core.CompletionBatch, job_id: int, run_lease: int, attempt_no: int, reason: str, now: float
+    batch: _core.CompletionBatch,
+    job_id: int,
+    run_lease: int,
+    attempt_no: int,
+    reason: str,
+    now: float,
 ) -> str:
     return batch.record(job_id, run_lease, attempt_no, 1, 0, "cancelled", now, None, "", reason)
 
@@ -133,8 +142,8 @@ def test_completed_is_a_plain_completed_row() -> None:
 
 def test_retry_after_with_attempts_left_is_retryable_after_the_delay() -> None:
     batch = new_batch()
-    state = retry_after(batch, 
-        2, 20, attempt_no=1, max_attempts=25, crashes=0, delay_s=30.0, now=NOW
+    state = retry_after(
+        batch, 2, 20, attempt_no=1, max_attempts=25, crashes=0, delay_s=30.0, now=NOW
     )
     assert state == "retryable"
     assert only_row(batch) == Row(2, 20, "retryable", 30.0, 0, None)

@@ -48,7 +48,7 @@ from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
-from awa.worker.outcome import SNOOZED, Outcome
+from awa.worker.outcome import SNOOZED, Code, Outcome
 
 if TYPE_CHECKING:
     from awa.worker.attempt import RunningJob
@@ -109,7 +109,9 @@ class Pending:
                 stage.count,
             )
         else:
-            log.debug("job %d: %d staged follow-up(s) discarded (%s)", self.job.id, stage.count, why)
+            log.debug(
+                "job %d: %d staged follow-up(s) discarded (%s)", self.job.id, stage.count, why
+            )
         stage.discard()
         self.stage = None
 
@@ -318,7 +320,9 @@ class Completer:
         for pending in observed:
             if pending.without_follow_ups:
                 continue
-            if pending.staged_count or follow_ups.may_follow(pending.job.kind, pending.outcome.event):
+            if pending.staged_count or follow_ups.may_follow(
+                pending.job.kind, pending.outcome.event
+            ):
                 return True
         return False
 
@@ -360,9 +364,11 @@ class Completer:
         rounds = pending.replacements = pending.replacements + 1
         message = str(failed)
         log.error("%s; the job's outcome is rolled back and recorded as a failure", message)
-        code = "failed" if rounds == 1 else "failed_terminal"
+        code: Code = "failed" if rounds == 1 else "failed_terminal"
         error_type = type(failed.error).__name__
-        pending.outcome = Outcome(code, FAILED, error_type=error_type, message=message, traceback="")
+        pending.outcome = Outcome(
+            code, FAILED, error_type=error_type, message=message, traceback=""
+        )
         if rounds > MAX_FOLLOW_UP_REPLACEMENTS:
             pending.without_follow_ups = True
         pending.discard_staged("follow-up failed")

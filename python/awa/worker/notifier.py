@@ -68,8 +68,10 @@ class Notifier:
                 why = f"{type(error).__name__}: {error}"
             if self._stop.is_set():
                 return
-            delay = min(MAX_RETRY_DELAY_S, RECONNECT_DELAY_S * 2 ** min(failures, 16)) if failures else (
-                RECONNECT_DELAY_S
+            delay = (
+                min(MAX_RETRY_DELAY_S, RECONNECT_DELAY_S * 2 ** min(failures, 16))
+                if failures
+                else (RECONNECT_DELAY_S)
             )
             log.warning("not listening for new jobs (%s); reconnecting in %.1fs", why, delay)
             await wait_for_event(self._stop, delay)
@@ -101,7 +103,7 @@ class Notifier:
                 try:
                     await connection.remove_listener(CHANNEL, self._on_notification)
                     await connection.remove_listener(CONTROL_CHANNEL, self._on_control_message)
-                except Exception:  # noqa: BLE001 - the reset on release unlistens anyway
+                except Exception:
                     log.debug("removing the listeners failed", exc_info=True)
             await release_quietly(self._db.pool, connection)
 

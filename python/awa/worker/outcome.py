@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from awa.errors import TerminalError
 from awa.hooks import CANCELLED, COMPLETED, FAILED, WAITING_FOR_CALLBACK
@@ -37,6 +37,17 @@ SNOOZED: Final = "snoozed"
 
 _warned_return_kinds: set[str] = set()
 
+#: What ``CompletionBatch.record`` takes.
+Code: TypeAlias = Literal[
+    "completed",
+    "retry_after",
+    "snooze",
+    "waiting_for_callback",
+    "cancelled",
+    "failed",
+    "failed_terminal",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -49,7 +60,7 @@ class Outcome:
     ``exhausted`` by the committed state; ``snoozed`` fires nothing).
     """
 
-    code: str
+    code: Code
     event: str
     delay_s: float | None = None
     error_type: str = ""

@@ -171,7 +171,9 @@ class Producer:
                     # A claim that failed may have committed: look at once.
                     self._reconcile_at = time.monotonic()
                     delay = 0.0 if failures == 1 else _backoff(failures - 1)
-                    level = logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
+                    level = (
+                        logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
+                    )
                     log.log(
                         level, "claiming failed (%s: %s); retrying in %.2fs",
                         type(error).__name__, error, delay,
@@ -235,7 +237,9 @@ class Producer:
         self._reconciled.clear()
         try:
             await self._no_claim_in_flight.wait()
-            rows = await self._db.fetch("jobs_running_on_worker", self._worker_id, connection=connection)
+            rows = await self._db.fetch(
+                "jobs_running_on_worker", self._worker_id, connection=connection
+            )
             held_ids, _held_leases = self._dispatcher.held()
             known = set(held_ids) | self._completer.unwritten_ids()
             strays = [row for row in rows if row["id"] not in known]

@@ -139,7 +139,7 @@ class Supervisor:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # noqa: BLE001 - supervised: logged, then restarted
+            except Exception as error:
                 if time.monotonic() - started >= STABLE_AFTER_S:
                     failures = 0
                 failures += 1

@@ -68,9 +68,11 @@ class Worker:
         worker_id = await self.db.fetchval("workers_register", hostname, pid, queue_names)
         self.worker_id = worker_id
         loop = asyncio.get_running_loop()
-        self.health.on_unhealthy(
-            lambda reason: loop.call_soon_threadsafe(self._became_unhealthy, reason)
-        )
+
+        def on_unhealthy(reason: str) -> None:  # from whichever thread noticed
+            loop.call_soon_threadsafe(self._became_unhealthy, reason)
+
+        self.health.on_unhealthy(on_unhealthy)
         pipeline = self.pipeline = Pipeline.build(
             self.db, self.lifecycle, config, worker_id, self.health
         )
@@ -145,7 +147,9 @@ class Worker:
         return None
 
     async def _watch_health(self) -> None:
-        while self.health.check():
+        # Polls: failures are reported from other threads too, and what
+        # matters is how long they have lasted.
+        while self.health.check():  # noqa: ASYNC110
             await asyncio.sleep(HEALTH_CHECK_S)
 
     def _became_unhealthy(self, reason: str) -> None:
