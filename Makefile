@@ -49,7 +49,7 @@ demo: $(STAMP) ## Enqueue and work a few hundred real jobs, then print where the
 bench: $(STAMP) ## Time the core benchmarks (pytest-benchmark)
 	$(BIN)/python -m pytest benches -q --benchmark-enable --benchmark-only
 
-bench-peers: $(STAMP) ## Side by side with awa-pg, pgqueuer, procrastinate and a plain-SQL floor
+bench-peers: $(STAMP) ## Side by side with awa-pg, pgqueuer, procrastinate, a plain-SQL floor (and AWA_BASELINE_PYTHON's awa)
 	$(BIN)/python benches/peers/run.py --awa-python $(BIN)/python
 
 clean: ## Remove the virtualenv and build outputs

@@ -38,6 +38,7 @@ DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Column order of the table. The first is ours, the second the floor, the rest are peers.
 SYSTEMS = [
     "awa_queue",
+    "awa_queue_baseline",
     "awa_queue_uvloop",
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
@@ -50,14 +51,19 @@ SYSTEMS = [
 # Run with the awa interpreter (--awa-python) rather than a venv of their own.
 AWA_SYSTEMS = {
     "awa_queue",
+    "awa_queue_baseline",
     "awa_queue_uvloop",
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
     "awa_queue_slow_hook",
 }
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
+# awa-queue as an earlier commit built it (--baseline-python), driven by the
+# same driver: a change's cost, measured in the same run as the change.
+BASELINE = "awa_queue_baseline"
 LABELS = {
     "awa_queue": "awa-queue",
+    "awa_queue_baseline": "awa-queue (baseline)",
     "awa_queue_uvloop": "awa-queue (uvloop)",
     "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
     "awa_queue_noop_hook": "awa-queue + no-op hook",
@@ -70,6 +76,7 @@ LABELS = {
 # How to check that an interpreter can run a system's driver.
 IMPORT_CHECKS = {
     "awa_queue": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_baseline": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_uvloop": "import asyncpg, awa, uvloop; awa.AsyncClient",
     "awa_queue_follow_up": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_noop_hook": "import asyncpg, awa; awa.AsyncClient",
@@ -93,7 +100,7 @@ def workloads(quick: bool, timeout_s: int) -> list[Workload]:
     drain = ["--workload", "drain", "--timeout", str(timeout_s)]
     return [
         Workload("bulk", ["--workload", "bulk", "--n", str(bulk_n)]),
-        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue"]),
+        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue", BASELINE]),
         Workload("drain10", drain + ["--n", str(drain_n), "--concurrency", "10"]),
         Workload("drain50", drain + ["--n", str(drain_n), "--concurrency", "50"]),
         Workload("sleep100", drain + ["--n", str(sleep_n), "--concurrency", "100", "--mode", "sleep"]),
@@ -180,8 +187,12 @@ def ensure_venv(system: str) -> Path:
     return python
 
 
-def find_interpreter(system: str, awa_python: str) -> tuple[str | None, str]:
+def find_interpreter(system: str, awa_python: str, baseline_python: str | None) -> tuple[str | None, str]:
     """Return (python, "") if the system can run here, else (None, why not)."""
+    if system == BASELINE:
+        if not baseline_python:
+            return None, "no --baseline-python given"
+        awa_python = baseline_python
     try:
         python = shutil.which(awa_python) if system in AWA_SYSTEMS else str(ensure_venv(system))
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -226,7 +237,8 @@ def log(message: str) -> None:
 
 
 def run_driver(python: str, system: str, url: str, workload: Workload, timeout_s: int) -> dict:
-    command = [python, str(DRIVERS / f"{system}.py"), "--url", url, *workload.args]
+    driver = "awa_queue" if system == BASELINE else system
+    command = [python, str(DRIVERS / f"{driver}.py"), "--url", url, *workload.args]
     try:
         result = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout_s, cwd=DRIVERS, env=clean_env()
@@ -301,9 +313,12 @@ def ratio(ours: float | None, other: float | None) -> str:
 def render_table(bench: Bench, systems: list[str], workload_names: list[str], skipped: dict[str, str], quick: bool) -> str:
     """One markdown table: a row per measurement, a column per selected system, then ratios."""
     show_ratios = "awa_queue" in systems
+    show_baseline = show_ratios and BASELINE in bench.interpreters
     header = ["workload", *(LABELS[s] for s in systems)]
     if show_ratios:
         header += ["awa-queue ÷ best peer", "awa-queue ÷ floor"]
+    if show_baseline:
+        header += ["awa-queue ÷ baseline"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, workload, key, better in table_rows(quick):
         if workload not in workload_names:
@@ -328,6 +343,8 @@ def render_table(bench: Bench, systems: list[str], workload_names: list[str], sk
             best_peer = (max if better == "higher" else min)(peer_values) if peer_values else None
             ours = values.get("awa_queue")
             row += [ratio(ours, best_peer), ratio(ours, values.get("floor"))]
+        if show_baseline:
+            row += [ratio(values.get("awa_queue"), values.get(BASELINE))]
         lines.append("| " + " | ".join(row) + " |")
     notes = [
         "",
@@ -346,6 +363,11 @@ def render_table(bench: Bench, systems: list[str], workload_names: list[str], sk
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--awa-python", default=DEFAULT_AWA_PYTHON, help="interpreter with awa-queue installed")
+    parser.add_argument(
+        "--baseline-python",
+        default=os.environ.get("AWA_BASELINE_PYTHON"),
+        help="interpreter with an earlier awa-queue installed, measured as awa-queue (baseline)",
+    )
     parser.add_argument("--admin-url", default=os.environ.get("AWA_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL))
     parser.add_argument("--runs", type=int, default=None, help="repeats per measurement (default 3, --quick 1)")
     parser.add_argument("--only", default="", help="comma-separated systems and/or workloads to run")
@@ -380,7 +402,7 @@ def main() -> None:
     interpreters: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for system in systems:
-        python, reason = find_interpreter(system, opts.awa_python)
+        python, reason = find_interpreter(system, opts.awa_python, opts.baseline_python)
         if python:
             interpreters[system] = python
         else:

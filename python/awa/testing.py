@@ -277,8 +277,8 @@ class HandlerJob(RunningJob[T]):
 
     __slots__ = ()
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         args: T,
         *,
         kind: str | None = None,
@@ -290,7 +290,7 @@ class HandlerJob(RunningJob[T]):
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         client: AsyncClient | None = None,
-    ) -> None:
+    ) -> HandlerJob[T]:
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
             raise ConfigurationError(f"attempt must be an integer >= 1 (got {attempt!r})")
         registry = client._registry if client is not None else Registry()
@@ -327,10 +327,7 @@ class HandlerJob(RunningJob[T]):
             "tags": encoded["tags"], "metadata": encoded["metadata"], "errors": None,
             "callback_id": None, "callback_timeout_at": None,
         }  # fmt: skip
-        self._fill(row, decode, True)
-        object.__setattr__(self, "_stage", FollowUpStage(registry))
-        object.__setattr__(self, "_db", None)
-        object.__setattr__(self, "_control", None)
+        return cls.claimed(row, decode, FollowUpStage(registry), None, None)  # type: ignore[return-value]
 
     @property
     def staged(self) -> list[StagedFollowUp]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa.config import positive_seconds
 from awa.errors import AwaError, StagingError
-from awa.job import _UNSET, ArgsDecoder, Job
+from awa.job import _UNSET, ArgsDecoder, Job, fill, sealed, writable
 
 if TYPE_CHECKING:
     from awa.db import Database
@@ -48,12 +48,12 @@ class RunningJob(Job[T]):
         control: JobControl | None,
     ) -> RunningJob[Any]:
         """The attempt a claim returned ``row`` for."""
-        job: RunningJob[Any] = cls.__new__(cls)
-        job._fill(row, decode_args, True)
-        _set(job, "_stage", stage)
-        _set(job, "_db", db)
-        _set(job, "_control", control)
-        return job
+        job: RunningJob[Any] = writable(cls)
+        fill(job, row, decode_args, True)
+        job._stage = stage
+        job._db = db
+        job._control = control
+        return sealed(job, cls)
 
     @property
     def stage(self) -> FollowUpStage | None:

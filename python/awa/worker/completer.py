@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
+from awa._events import wait_for_event
 from awa.db import Database, affected_rows, release_quietly
 from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
@@ -139,6 +140,7 @@ class Completer:
         self._insert_follow_ups = db.statement("jobs_insert_follow_ups")
         self._connection: Any = None
         self._wake = asyncio.Event()
+        self._written = asyncio.Event()
         self._stopping = False
         self.flushes = 0
         self.applied = 0
@@ -182,6 +184,10 @@ class Completer:
     def backlog(self) -> int:
         """Outcomes recorded and not yet written."""
         return len(self._batch) + (0 if self._flush is None else len(self._flush))
+
+    async def wait_written(self, timeout_s: float) -> None:
+        """Returns once a write commits, or after ``timeout_s``."""
+        await wait_for_event(self._written, timeout_s)
 
     def unwritten_ids(self) -> set[int]:
         """Jobs whose outcome is recorded but not yet committed."""
@@ -266,6 +272,8 @@ class Completer:
                 continue
             self.last_error = None
             self._health.ok(SERVICE)
+            self._written.set()
+            self._written.clear()
             self.flushes += 1
             self.applied += applied
             self.stale += len(flush) - applied

@@ -125,7 +125,8 @@ class JobControl:
 
     def forget(self, job_id: int) -> None:
         """The job's attempt in this process ended."""
-        self._cancelled.discard(job_id)
+        if self._cancelled:
+            self._cancelled.discard(job_id)
 
 
 async def wait_for_resume(

@@ -63,8 +63,8 @@ class Executor:
         self._db = db
         #: Messages about running jobs (cancel, resume, quarantine) land here.
         self.control = JobControl(on_cancel=self.cancel_requested, on_resumed=self.resumed)
-        self._running: dict[int, asyncio.Task[None]] = {}
-        self._jobs: dict[int, RunningJob[Any]] = {}
+        # Running handlers (and quarantined jobs being given back) by job id.
+        self._running: dict[int, tuple[asyncio.Task[None], RunningJob[Any]]] = {}
         # Running jobs whose task set interrupt_on_cancel, and those of them
         # interrupted by a cancellation (their attempts record nothing).
         self._interruptible: set[int] = set()
@@ -86,17 +86,18 @@ class Executor:
         control = self.control
         if control.holds(row["kind"], row["args"]):
             job: RunningJob[Any] = RunningJob.claimed(row, decode, None, self._db, control)
-            self._running[job.id] = asyncio.create_task(self._hold(job), name=f"awa-hold-{job.id}")
+            task = asyncio.create_task(self._hold(job), name=f"awa-hold-{job.id}")
+            self._running[job.id] = (task, job)
             return
         stage = FollowUpStage(self._registry)
         job = RunningJob.claimed(row, decode, stage, self._db, control)
         if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
         budget_s = _attempt_budget(row, job, task_def)
-        self._jobs[job.id] = job
-        self._running[job.id] = asyncio.create_task(
+        task = asyncio.create_task(
             self._run(job, stage, task_def, budget_s), name=f"{JOB_TASK_PREFIX}{job.id}"
         )
+        self._running[job.id] = (task, job)
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
@@ -104,9 +105,10 @@ class Executor:
 
     def describe(self, job_id: int) -> str | None:
         """``kind (handler)`` of a job running here, for logs."""
-        job = self._jobs.get(job_id)
-        if job is None:
+        running = self._running.get(job_id)
+        if running is None:
             return None
+        job = running[1]
         task_def = self._registry.by_kind.get(job.kind)
         handler = "no handler" if task_def is None else _qualified_name(task_def.handler)
         return f"job {job_id} ({job.kind}: {handler})"
@@ -131,13 +133,13 @@ class Executor:
         """The job was cancelled on request: a handler that opted in is
         interrupted (its attempt then records nothing: the job is already
         cancelled)."""
-        task = self._running.get(job_id)
-        if task is None:
+        running = self._running.get(job_id)
+        if running is None:
             return  # not running here
         self.control.mark_cancelled(job_id)
         if job_id in self._interruptible:
             self._cancelled_on_request.add(job_id)
-            task.cancel("the job was cancelled on request")
+            running[0].cancel("the job was cancelled on request")
 
     def resumed(self, row: Any) -> None:
         """A handler waiting in place was resumed by its callback: the job
@@ -214,11 +216,12 @@ class Executor:
             raise AttemptTimeout(_timeout_message(budget_s)) from None
 
     def _forget(self, job: RunningJob[Any]) -> None:
-        self._running.pop(job.id, None)
-        self._jobs.pop(job.id, None)
-        self._interruptible.discard(job.id)
-        self._cancelled_on_request.discard(job.id)
-        self.control.forget(job.id)
+        job_id = job.id
+        self._running.pop(job_id, None)
+        if self._interruptible:
+            self._interruptible.discard(job_id)
+            self._cancelled_on_request.discard(job_id)
+        self.control.forget(job_id)
 
     def _finish(self, job: RunningJob[Any]) -> None:
         self._forget(job)
@@ -228,7 +231,7 @@ class Executor:
     async def stop(self, timeout_s: float) -> None:
         """Waits up to ``timeout_s`` for running handlers, then cancels the rest
         (they record nothing; their jobs stay held for the worker to release)."""
-        pending = set(self._running.values())
+        pending = {task for task, _job in self._running.values()}
         if pending:
             _done, pending = await asyncio.wait(pending, timeout=max(timeout_s, 0.0))
         if pending:

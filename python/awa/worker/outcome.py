@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
 
 from awa.errors import TerminalError
 from awa.hooks import CANCELLED, COMPLETED, FAILED, WAITING_FOR_CALLBACK
@@ -49,8 +48,7 @@ Code: TypeAlias = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """One attempt's result, as the completer records it.
 
     ``code`` is what ``CompletionBatch.record`` takes (``completed``,

@@ -68,6 +68,7 @@ class Pipeline:
             poll_interval_s=config.poll_interval,
             reconcile_interval_s=config.reconcile_interval,
             total_slots=config.total_slots,
+            flush_batch_size=config.flush_batch_size,
             kind_timeouts={
                 kind: task.timeout_s
                 for kind, task in registry.by_kind.items()

@@ -46,9 +46,12 @@ log = logging.getLogger("awa.producer")
 
 RETRY_DELAY_S: Final = 0.05
 MAX_RETRY_DELAY_S: Final = 2.0
-#: While this many outcomes (per worker slot) wait to be written, claiming pauses.
+#: While more outcomes than this many batches (and per worker slot) wait to
+#: be written, claiming pauses until a write commits: a completer that
+#: cannot write must not let claimed work pile up behind it.
+BACKLOG_BATCHES: Final = 4
 BACKLOG_PER_SLOT: Final = 4
-BACKLOG_WAIT_S: Final = 0.05
+BACKLOG_WAIT_S: Final = 0.5
 
 
 class ClaimSignal:
@@ -95,6 +98,7 @@ class Producer:
         poll_interval_s: float,
         reconcile_interval_s: float,
         total_slots: int,
+        flush_batch_size: int,
         kind_timeouts: Mapping[str, float] | None = None,
         queue_timeouts: Mapping[str, float] | None = None,
     ) -> None:
@@ -107,7 +111,9 @@ class Producer:
         self._worker_id = worker_id
         self._poll_interval_s = poll_interval_s
         self._reconcile_interval_s = reconcile_interval_s
-        self._backlog_limit = BACKLOG_PER_SLOT * total_slots
+        self._backlog_limit = max(
+            BACKLOG_PER_SLOT * total_slots, BACKLOG_BATCHES * flush_batch_size
+        )
         self._claim = db.statement("jobs_claim")
         self._prepare_session = db.statement("jobs_claim_prepare_session")
         # Attempt timeouts, as the claim sets each attempt's deadline.
@@ -195,7 +201,7 @@ class Producer:
             return
         if self._completer.backlog > self._backlog_limit:
             # Outcomes are not being written: claiming more would only pile them up.
-            await asyncio.sleep(BACKLOG_WAIT_S)
+            await self._completer.wait_written(BACKLOG_WAIT_S)
             return
         plan = self._dispatcher.plan_claim()
         if plan is None:

@@ -219,7 +219,7 @@ SET state = 'running',
     attempt = jobs.attempt + 1,
     -- Above any lease handed out before the server last started (see
     -- awa.run_lease_floor): a claim a crash forgot is never repeated.
-    run_lease = greatest(jobs.run_lease, awa.run_lease_floor()) + 1,
+    run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
     attempted_at = now(),
     worker_id = $3,
     -- The job's own timeout, else its kind's, else its queue's; never past
@@ -256,7 +256,7 @@ SET state = 'running',
     attempt = jobs.attempt + 1,
     -- Above any lease handed out before the server last started (see
     -- awa.run_lease_floor): a claim a crash forgot is never repeated.
-    run_lease = greatest(jobs.run_lease, awa.run_lease_floor()) + 1,
+    run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
     attempted_at = now(),
     worker_id = $3,
     attempt_deadline_at = NULL  -- awa.testing applies the task's timeout itself
