@@ -175,6 +175,10 @@ class FollowUps:
     def wants(self, kind: str, outcome: str) -> bool:
         return (kind, outcome) in self._specs
 
+    @property
+    def any(self) -> bool:
+        return bool(self._specs)
+
     def may_follow(self, kind: str, outcome: str) -> bool:
         """Whether an attempt outcome (``failed`` meaning retried or exhausted)
         of ``kind`` can have spec follow-ups."""

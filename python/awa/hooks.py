@@ -118,6 +118,10 @@ class Hooks:
     def wants(self, kind: str) -> bool:
         return kind in self._by_kind
 
+    @property
+    def any(self) -> bool:
+        return bool(self._by_kind)
+
     def emit(self, transition: Transition) -> None:
         """Dispatches the transition's event to its kind's hooks, detached."""
         hooks = self._by_kind.get(transition.job.kind)

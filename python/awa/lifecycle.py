@@ -51,6 +51,12 @@ class Lifecycle:
         self.hooks = Hooks()
         self.follow_ups = FollowUps()
 
+    @property
+    def observes_any(self) -> bool:
+        """Whether any hook or follow-up spec is registered (most workers
+        have none, and then no outcome needs its row read back)."""
+        return self.hooks.any or self.follow_ups.any
+
     def observes(self, kind: str, outcome: str) -> bool:
         """Whether a committed ``outcome`` of ``kind`` needs its row read back."""
         return self.hooks.wants(kind) or self.follow_ups.may_follow(kind, outcome)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa.config import positive_seconds
 from awa.errors import AwaError, StagingError
-from awa.job import _UNSET, ArgsDecoder, Job, fill, sealed, writable
+from awa.job import _UNSET, ArgsDecoder, Job, fill, writable
 
 if TYPE_CHECKING:
     from awa.db import Database
@@ -53,7 +53,8 @@ class RunningJob(Job[T]):
         job._stage = stage
         job._db = db
         job._control = control
-        return sealed(job, cls)
+        job.__class__ = cls  # sealed
+        return job
 
     @property
     def stage(self) -> FollowUpStage | None:

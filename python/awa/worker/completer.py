@@ -153,7 +153,9 @@ class Completer:
     def record(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Buffers one attempt's outcome; it is written with the next batch."""
         self._buffer(job, outcome)
-        self._observe(job, outcome)
+        stage = job._stage
+        if (stage is not None and stage.rows is not None) or self._lifecycle.observes_any:
+            self._observe(job, outcome)
 
     def _buffer(self, job: RunningJob[Any], outcome: Outcome) -> None:
         self._batch.record(
@@ -166,7 +168,7 @@ class Completer:
     def _observe(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Keeps what hooks and follow-ups will need once the outcome commits;
         drops staged follow-ups of any outcome but a completion."""
-        stage = job.stage
+        stage = job._stage
         staged = stage is not None and stage.count > 0
         event = outcome.event
         wanted = event != SNOOZED and (

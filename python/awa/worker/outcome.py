@@ -78,12 +78,12 @@ class Outcome(NamedTuple):
         return self.message if self.code == "cancelled" else ""
 
 
-COMPLETED_OUTCOME: Final = Outcome("completed", COMPLETED)
-
-
 def of_result(job: RunningJob[Any], result: Any, duration_s: float) -> Outcome:
     """The outcome of a handler that returned ``result``."""
     if result is None:
+        stage = job._stage
+        if stage is None or stage.error is None:  # the common case, inline
+            return Outcome("completed", COMPLETED, None, "", "", None, duration_s)
         return _completed(job, duration_s)
     if isinstance(result, RetryAfter):
         return Outcome(
@@ -131,14 +131,12 @@ def of_error(error: BaseException) -> Outcome:
 
 
 def _completed(job: RunningJob[Any], duration_s: float) -> Outcome:
-    stage = job.stage
+    stage = job._stage
     if stage is not None and stage.error is not None:
         # The handler swallowed a StagingError: completing without the
         # follow-up it meant to stage would lose it silently.
         return of_error(stage.error)
-    if duration_s == 0.0:
-        return COMPLETED_OUTCOME
-    return Outcome("completed", COMPLETED, duration_s=duration_s)
+    return Outcome("completed", COMPLETED, None, "", "", None, duration_s)
 
 
 def _traceback_tail(error: BaseException) -> str:
