@@ -62,6 +62,4 @@ async def test_the_admin_console_shows_a_transaction_pool(database_url, start_pg
     header, *rows = output.decode().splitlines()
     pools = [dict(zip(header.split("|"), row.split("|"), strict=True)) for row in rows]
     database = urlsplit(database_url).path.lstrip("/")
-    assert [pool["pool_mode"] for pool in pools if pool["database"] == database] == [
-        "transaction"
-    ]
+    assert [pool["pool_mode"] for pool in pools if pool["database"] == database] == ["transaction"]
