@@ -523,12 +523,12 @@ class Inserter:
 
 @dataclass
 class Fault:
-    """One fault, when it struck (unix time), the jobs running then, and the
-    workers expected to carry on after it."""
+    """One fault, when it struck (unix time), the attempts running then (job
+    id, run lease), and the workers expected to carry on after it."""
 
     what: str
     at: float
-    held: list[int]
+    held: list[tuple[int, int]]
     resuming_pids: list[int]
     offset_s: float = 0.0
     next_outcome_s: float | None = None
@@ -536,6 +536,10 @@ class Fault:
     held_released_s: float | None = None
     held_finished_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def held_ids(self) -> list[int]:
+        return [job_id for job_id, _ in self.held]
 
     @property
     def recovery_s(self) -> float | None:
@@ -693,15 +697,14 @@ class ChaosRun:
         if task is not None and task.done() and task.exception() is not None:
             raise AssertionError("the inserter failed") from task.exception()
 
-    async def running_jobs(self, worker: WorkerProcess | None = None) -> list[int]:
-        if worker is None:
-            rows = await self.observer.fetch("SELECT id FROM awa.jobs WHERE state = 'running'")
-        else:
-            rows = await self.observer.fetch(
-                "SELECT id FROM awa.jobs WHERE state = 'running' AND worker_id = $1",
-                worker.worker_id,
-            )
-        return [row["id"] for row in rows]
+    async def running_jobs(self, worker: WorkerProcess | None = None) -> list[tuple[int, int]]:
+        """(job id, run lease) of the attempts running now (under ``worker``)."""
+        rows = await self.observer.fetch(
+            "SELECT id, run_lease FROM awa.jobs WHERE state = 'running' "
+            "AND ($1::bigint IS NULL OR worker_id = $1)",
+            None if worker is None else worker.worker_id,
+        )
+        return [(row["id"], row["run_lease"]) for row in rows]
 
     def _record(self, fault: Fault) -> Fault:
         fault.offset_s = fault.at - self.started_at
@@ -726,9 +729,10 @@ class ChaosRun:
 
     async def restart_server(self, mode: str) -> Fault:
         """``pg_ctl restart -m fast|immediate`` of the scenario's server."""
+        # Stamped before the jobs running are read, so none finishes between.
+        at = time.time()
         held = await self.running_jobs()
         resuming = [worker.pid for worker in self.fleet.live()]
-        at = time.time()
         await asyncio.to_thread(self.server.restart, mode)
         fault = self._record(Fault(f"restart -m {mode}", at, held, resuming))
         fault.extra["server down"] = time.time() - at
@@ -737,11 +741,11 @@ class ChaosRun:
     async def terminate_connections(self) -> Fault:
         """``pg_terminate_backend`` of every backend of the database but the
         scenario's own connections."""
-        held = await self.running_jobs()
-        resuming = [worker.pid for worker in self.fleet.live()]
         await self.observer.connect()
         own = [pid for pid in (self.observer.pid, self.inserter.pid) if pid is not None]
-        at = time.time()
+        resuming = [worker.pid for worker in self.fleet.live()]
+        at = time.time()  # before the jobs running are read, so none finishes between
+        held = await self.running_jobs()
         terminated = await self.observer.fetchval(
             """SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
                WHERE datname = current_database() AND pid <> ALL($1::int[])
@@ -821,15 +825,14 @@ class ChaosRun:
     async def seconds_until_all(
         self, ids: Sequence[int], after: float, condition: str
     ) -> float | None:
-        """Seconds from ``after`` (unix time) until each job in ``ids`` had a
-        transition matching ``condition`` (SQL on chaos_transitions); None if
-        one never did."""
+        """Seconds from ``after`` (unix time) until each job in ``ids`` had its
+        first transition matching ``condition`` (SQL on chaos_transitions
+        ``t``), 0 for one before; None if one never had such a transition."""
         return await self.observer.fetchval(
             f"""SELECT CASE WHEN bool_and(first IS NOT NULL)
-                            THEN extract(epoch FROM max(first))::float8 - $1 END
+                            THEN greatest(0, extract(epoch FROM max(first))::float8 - $1) END
                 FROM (SELECT h.id, min(t.at) AS first FROM unnest($2::bigint[]) AS h(id)
-                      LEFT JOIN chaos_transitions t
-                        ON t.job_id = h.id AND t.at > to_timestamp($1) AND ({condition})
+                      LEFT JOIN chaos_transitions t ON t.job_id = h.id AND ({condition})
                       GROUP BY h.id) AS firsts""",
             after,
             list(ids),
@@ -1047,29 +1050,48 @@ class ChaosRun:
                     max(resumed.values()) if set(resumed) >= set(fault.resuming_pids) else None
                 )
             if fault.held:
+                # The first transition of each held attempt, or of a later one
+                # (an outcome written at the fault may carry a time just
+                # before it: the trigger's clock runs before the commit).
                 row = await self.observer.run(
                     lambda conn, fault=fault: conn.fetchrow(
                         """WITH firsts AS (
                                SELECT h.id,
                                       min(t.at) FILTER (WHERE t.old_state = 'running') AS released,
-                                      min(t.at) FILTER (WHERE t.new_state = ANY($3)) AS finished
-                               FROM unnest($2::bigint[]) AS h(id)
+                                      min(t.at) FILTER (WHERE t.new_state = ANY($4)) AS finished
+                               FROM unnest($2::bigint[], $3::bigint[]) AS h(id, lease)
                                LEFT JOIN chaos_transitions t
-                                 ON t.job_id = h.id AND t.at > to_timestamp($1)
+                                 ON t.job_id = h.id AND t.run_lease >= h.lease
                                GROUP BY h.id)
-                           SELECT CASE WHEN bool_and(released IS NOT NULL)
-                                       THEN extract(epoch FROM max(released))::float8 - $1 END
+                           SELECT CASE WHEN bool_and(released IS NOT NULL) THEN greatest(0,
+                                       extract(epoch FROM max(released))::float8 - $1) END
                                       AS released,
-                                  CASE WHEN bool_and(finished IS NOT NULL)
-                                       THEN extract(epoch FROM max(finished))::float8 - $1 END
+                                  CASE WHEN bool_and(finished IS NOT NULL) THEN greatest(0,
+                                       extract(epoch FROM max(finished))::float8 - $1) END
                                       AS finished
                            FROM firsts""",
                         fault.at,
-                        fault.held,
+                        fault.held_ids,
+                        [lease for _, lease in fault.held],
                         list(FINAL_STATES),
                     )
                 )
                 fault.held_released_s, fault.held_finished_s = row["released"], row["finished"]
+                if fault.held_released_s is None:
+                    stuck = await self.observer.fetch(
+                        """SELECT j.id, j.state::text, j.run_lease, j.crashes,
+                                  (SELECT array_agg(t.old_state || '→' || t.new_state || ' @' ||
+                                          round((extract(epoch FROM t.at) - $1)::numeric, 2))
+                                   FROM chaos_transitions t WHERE t.job_id = j.id) AS transitions
+                           FROM awa.jobs j WHERE j.id = ANY($2::bigint[]) AND NOT EXISTS (
+                               SELECT 1 FROM chaos_transitions t WHERE t.job_id = j.id
+                                 AND t.at > to_timestamp($1) AND t.old_state = 'running')
+                           LIMIT 5""",
+                        fault.at,
+                        fault.held_ids,
+                    )
+                    sample = "; ".join(str(dict(job)) for job in stuck)
+                    self.report.details.append(f"never released after {fault.what}: {sample}")
 
     async def close(self) -> None:
         for spawn in self._spawns:

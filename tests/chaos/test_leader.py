@@ -28,7 +28,7 @@ if long_form():
 else:
     JOBS, INSERT_S, FAULTS_AT_S = 1_500, 8.0, (3.0,)
 #: Scheduled jobs inserted just before each fault, due just after it.
-PROBES, PROBES_DUE_IN_S = 20, 0.2
+PROBES, PROBES_DUE_IN_S = 20, 0.5
 
 
 @pytest.mark.parametrize("fault", ["kill", "freeze"])
@@ -61,7 +61,7 @@ async def test_maintenance_resumes_within_two_leader_leases_when_the_leader_is_l
                     probes, record.at, "t.old_state = 'scheduled'"
                 )
                 rescued = await run.seconds_until_all(
-                    record.held,
+                    record.held_ids,
                     record.at,
                     "t.old_state = 'running' AND t.new_state = 'retryable' AND t.crashes > 0",
                 )
