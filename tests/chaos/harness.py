@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import datetime
 import json
 import os
@@ -112,6 +113,7 @@ WORKER_STOP_TIMEOUT_S = 15.0
 #: How long the scenario's own connections keep trying to reconnect.
 RECONNECT_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 15
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 #: pytest-timeout of one scenario, by form.
 SHORT_TIMEOUT_S, LONG_TIMEOUT_S = 150, 900
 
@@ -246,6 +248,13 @@ class Observer:
                 await conn.close(timeout=2)
 
 
+def _die_with_parent() -> None:
+    """In a worker before exec: SIGKILL when the test process dies (Linux),
+    so no worker outlives an interrupted run."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _local_tcp_ports(pid: int) -> set[int]:
     """Local ports of the TCP sockets process ``pid`` holds (Linux /proc)."""
     try:
@@ -342,6 +351,7 @@ class Fleet:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
+                preexec_fn=_die_with_parent,
             )
         worker = WorkerProcess(name, process, log_path)
         self.workers.append(worker)
