@@ -32,8 +32,10 @@ test-rust: ## Unit tests of the pure Rust core
 test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included); AWA_DATABASE_URL or a throwaway PostgreSQL
 	$(BIN)/python -m pytest -q
 
-chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (kills, restarts, PgBouncer); ~15 min
-	AWA_CHAOS=long $(BIN)/python -m pytest -q -p no:cacheprovider tests/chaos
+chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (docs/reliability.md); ~6 min
+	@mkdir -p target
+	AWA_CHAOS=long AWA_CHAOS_RESULTS=$(CURDIR)/target/chaos-results.jsonl \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/chaos
 
 lint: $(STAMP) ## rustfmt, clippy, ruff, mypy and the .pyi stub check
 	cargo fmt --check

@@ -124,6 +124,9 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.exceptions.OperatorInterventionError,
+    # A connection whose server went away in the middle of a COPY or a
+    # statement can be left in a protocol state it cannot leave.
+    asyncpg.exceptions.InternalClientError,
 )
 
 LEDGER_SQL = """
@@ -592,10 +595,14 @@ class Report:
     jobs_run_more_than_once: int = 0
     rescued: int = 0
     elapsed_s: float = 0.0
+    stop_s: float = 0.0
+    audit_s: float = 0.0
     faults: list[Fault] = field(default_factory=list)
     worker_exit_codes: dict[str, int | None] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
     settle_failure: str | None = None
+    #: What a scenario's own checks found (e.g. maintenance resumed too late).
+    scenario_problems: list[str] = field(default_factory=list)
 
     @property
     def max_recovery_s(self) -> float | None:
@@ -618,13 +625,14 @@ class Report:
             found.append(f"{self.leases_reused} run leases were handed out twice for one job")
         if self.follow_up_errors:
             found.append(f"{self.follow_up_errors} triggers without exactly one follow-up")
-        return found
+        return found + self.scenario_problems
 
     def summary(self) -> str:
         recovery = self.max_recovery_s
         lines = [
             f"{self.scenario} [{self.form}]: {self.jobs} jobs + {self.follow_ups} follow-ups in "
-            f"{self.elapsed_s:.1f}s; lost {self.lost}, applied twice {self.applied_twice}, "
+            f"{self.elapsed_s:.1f}s (then {self.stop_s:.1f}s to stop the workers, "
+            f"{self.audit_s:.1f}s to audit); lost {self.lost}, applied twice {self.applied_twice}, "
             f"wrong state {self.wrong_state}, stale outcomes {self.stale_outcomes}, leases reused "
             f"{self.leases_reused}, follow-up "
             f"errors {self.follow_up_errors}; {self.runs} runs ({self.jobs_run_more_than_once} "
@@ -635,6 +643,7 @@ class Report:
         if self.worker_exit_codes:
             codes = ", ".join(f"{k}={v}" for k, v in self.worker_exit_codes.items())
             lines.append(f"    worker exit codes (-9: killed; None: ignored SIGTERM): {codes}")
+        lines += [f"    PROBLEM: {problem}" for problem in self.scenario_problems]
         if self.settle_failure:
             lines.append(f"    NOT SETTLED: {self.settle_failure}")
         lines += [f"    {detail}" for detail in self.details]
@@ -643,6 +652,7 @@ class Report:
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["max_recovery_s"] = self.max_recovery_s
+        data["passed"] = not self.problems()
         data["faults"] = [{**asdict(f), "recovery_s": f.recovery_s} for f in self.faults]
         return data
 
@@ -862,10 +872,14 @@ class ChaosRun:
         except AssertionError as failure:
             self.report.settle_failure = str(failure)
         self.report.elapsed_s = self.elapsed_s
+        mark = time.monotonic()
         self.report.worker_exit_codes = await self.fleet.stop_all()
+        self.report.stop_s = time.monotonic() - mark
+        mark = time.monotonic()
         await self._load_ledgers()
         await self._audit()
         await self._measure()
+        self.report.audit_s = time.monotonic() - mark
         return self.report
 
     async def _settle(self) -> None:
@@ -1139,14 +1153,12 @@ async def conclude(
     publish: Callable[[Report], None],
     measure: Callable[[Report], Awaitable[list[str]]] | None = None,
 ) -> Report:
-    """Finishes the run, adds what ``measure`` finds (more problems), publishes
-    the report, and fails on any problem."""
+    """Finishes the run, adds what ``measure`` finds to its problems,
+    publishes the report, and fails on any problem."""
     report = await run.finish()
-    problems = report.problems()
     if measure is not None:
-        extra = await measure(report)
-        report.details.extend(extra)
-        problems.extend(extra)
+        report.scenario_problems.extend(await measure(report))
     publish(report)
+    problems = report.problems()
     assert not problems, "\n".join([*problems, report.summary()])
     return report
