@@ -102,7 +102,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--load", type=float, default=0.7, help="fraction of the maximum rate")
     parser.add_argument("--rate", type=float, help="jobs/s to soak at (skips calibration)")
     parser.add_argument(
-        "--calibrate-for", type=seconds, help="calibration length (default: duration / 10, 10-60 s)"
+        "--calibrate-for",
+        type=seconds,
+        help="calibration length (default: duration / 10, 15-180 s)",
     )
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--slots", type=int, default=50, help="handlers per worker")
@@ -112,7 +114,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, help="the JSON result")
     opts = parser.parse_args(argv)
     if opts.calibrate_for is None:
-        opts.calibrate_for = min(60.0, max(10.0, opts.duration / 10))
+        opts.calibrate_for = min(180.0, max(15.0, opts.duration / 10))
     if opts.sample_every is None:
         opts.sample_every = min(10.0, max(5.0, opts.duration / 180))
     if opts.output is None:
