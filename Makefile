@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 SOURCES := pyproject.toml Cargo.toml Cargo.lock $(shell find rust -name '*.rs')
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-rust test-python lint format demo bench bench-peers clean
+.PHONY: help install pgbouncer test test-rust test-python chaos lint format demo bench bench-peers clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,13 +21,21 @@ $(STAMP): $(SOURCES)
 
 install: $(STAMP) ## Create .venv and build awa into it (Rust core included)
 
+pgbouncer: ## Install PgBouncer for the pooler tests where possible (root or sudo; else they skip)
+	@sh tests/install-pgbouncer.sh
+
 test: test-rust test-python ## Run the whole test suite (Rust core, then Python on real PostgreSQL)
 
 test-rust: ## Unit tests of the pure Rust core
 	cargo test --quiet
 
-test-python: $(STAMP) ## Python tests; AWA_DATABASE_URL or a throwaway PostgreSQL
+test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included); AWA_DATABASE_URL or a throwaway PostgreSQL
 	$(BIN)/python -m pytest -q
+
+chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (docs/reliability.md); ~6 min
+	@mkdir -p target
+	AWA_CHAOS=long AWA_CHAOS_RESULTS=$(CURDIR)/target/chaos-results.jsonl \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/chaos
 
 lint: $(STAMP) ## rustfmt, clippy, ruff, mypy and the .pyi stub check
 	cargo fmt --check

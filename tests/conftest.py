@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -18,6 +18,7 @@ import pytest
 import awa
 from awa.embedded import EmbeddedPostgres
 from tests.faults import RestrictedRole, with_user
+from tests.pgbouncer import NOT_INSTALLED, PgBouncer, find_pgbouncer
 from tests.processes import LEDGER_DROP_SQL, LEDGER_SQL
 
 #: Servers of a test's own flush asynchronous commits late (their WAL writer
@@ -126,3 +127,36 @@ async def client(database_url: str, conn: asyncpg.Connection) -> AsyncIterator[a
     """A client on the clean test database; its worker is shut down afterwards."""
     async with awa.AsyncClient(database_url) as made:
         yield made
+
+
+@pytest.fixture
+def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
+    """Starts a real PgBouncer (transaction pooling, a free loopback port) in
+    front of the server of a given URL: ``start_pgbouncer(url, pool_size=…)``;
+    ``.url`` is that URL through the pooler. Stopped after the test. Skips
+    the test where PgBouncer is not installed."""
+    if find_pgbouncer() is None:
+        pytest.skip(NOT_INSTALLED)
+    started: list[PgBouncer] = []
+
+    def start(url: str, **options: object) -> PgBouncer:
+        bouncer = PgBouncer(url, **options)  # type: ignore[arg-type]
+        started.append(bouncer)
+        bouncer.start()
+        return bouncer
+
+    try:
+        yield start
+    finally:
+        for bouncer in reversed(started):
+            bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(database_url: str) -> Iterator[str]:
+    """The session's test database through a PgBouncer in transaction mode
+    (one for the session). Skips where PgBouncer is not installed."""
+    if find_pgbouncer() is None:
+        pytest.skip(NOT_INSTALLED)
+    with PgBouncer(database_url) as bouncer:
+        yield bouncer.url
