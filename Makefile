@@ -29,8 +29,9 @@ test: test-rust test-python ## Run the whole test suite (Rust core, then Python 
 test-rust: ## Unit tests of the pure Rust core
 	cargo test --quiet
 
-test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included); AWA_DATABASE_URL or a throwaway PostgreSQL
+test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included), then the acceptance tests through PgBouncer
 	$(BIN)/python -m pytest -q
+	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -q -m "not slow" tests/acceptance
 
 chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (docs/reliability.md); ~6 min
 	@mkdir -p target

@@ -122,10 +122,23 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
         await connection.close()
 
 
+#: ``AWA_TEST_POOLER=transaction`` runs the tests' clients through a real
+#: PgBouncer in transaction mode (``make test`` does, for tests/acceptance).
+POOLER = os.environ.get("AWA_TEST_POOLER") or None
+
+
 @pytest.fixture
-async def client(database_url: str, conn: asyncpg.Connection) -> AsyncIterator[awa.AsyncClient]:
-    """A client on the clean test database; its worker is shut down afterwards."""
-    async with awa.AsyncClient(database_url) as made:
+async def client(
+    request: pytest.FixtureRequest, database_url: str, conn: asyncpg.Connection
+) -> AsyncIterator[awa.AsyncClient]:
+    """A client on the clean test database; its worker is shut down afterwards.
+    With ``AWA_TEST_POOLER=transaction``, through PgBouncer, listening directly."""
+    if POOLER is None:
+        made = awa.AsyncClient(database_url)
+    else:
+        url = request.getfixturevalue("pgbouncer_url")
+        made = awa.AsyncClient(url, pooler=POOLER, listen_url=database_url)  # type: ignore[arg-type]
+    async with made:
         yield made
 
 

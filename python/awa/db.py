@@ -3,6 +3,16 @@
 Everything that talks to PostgreSQL goes through :class:`Database` (pool
 checkouts) or a :class:`Statement` (a named query run on a connection a
 service holds). Queries are named; their SQL lives in ``awa/sql/queries``.
+
+Behind a pooler in transaction mode (``pooler="transaction"``: PgBouncer),
+a server connection belongs to a client only for the length of a
+transaction. So the pool keeps no server-side prepared statements
+(``statement_cache_size=0``), every statement outside a transaction runs in
+one of its own (asyncpg prepares an unnamed statement and executes it in two
+steps, which must reach the same server connection), awa keeps no session
+state (no ``SET``, no session advisory lock: leadership is a lease row), and
+LISTEN goes to ``listen_url`` (a direct connection) or not at all (poll
+only).
 """
 
 from __future__ import annotations
@@ -33,26 +43,40 @@ TRANSIENT_ERRORS: Final = (
 )
 
 
+POOLER_MODES: Final = ("transaction",)
+
+
 class Statement:
-    """A named query, run on whatever connection the caller holds."""
+    """A named query, run on whatever connection the caller holds.
 
-    __slots__ = ("name", "sql")
+    ``pinned``: behind a pooler in transaction mode, a statement run outside
+    a transaction gets one of its own, so its steps reach one server
+    connection."""
 
-    def __init__(self, name: str) -> None:
+    __slots__ = ("name", "pinned", "sql")
+
+    def __init__(self, name: str, pinned: bool = False) -> None:
         self.name = name
         self.sql = sql.query(name)
+        self.pinned = pinned
 
     async def fetch(self, connection: Any, *args: Any) -> list[Record]:
-        return await connection.fetch(self.sql, *args)  # type: ignore[no-any-return]
+        return await self._run(connection, connection.fetch, args)  # type: ignore[no-any-return]
 
     async def fetchrow(self, connection: Any, *args: Any) -> Record | None:
-        return await connection.fetchrow(self.sql, *args)
+        return await self._run(connection, connection.fetchrow, args)
 
     async def fetchval(self, connection: Any, *args: Any) -> Any:
-        return await connection.fetchval(self.sql, *args)
+        return await self._run(connection, connection.fetchval, args)
 
     async def execute(self, connection: Any, *args: Any) -> str:
-        return await connection.execute(self.sql, *args)  # type: ignore[no-any-return]
+        return await self._run(connection, connection.execute, args)  # type: ignore[no-any-return]
+
+    async def _run(self, connection: Any, method: Any, args: tuple[Any, ...]) -> Any:
+        if self.pinned and not connection.is_in_transaction():
+            async with connection.transaction():
+                return await method(self.sql, *args)
+        return await method(self.sql, *args)
 
 
 # Backend pids of pooled connections whose session state (settings, LISTENs,
@@ -106,9 +130,15 @@ class Database:
         owns_pool: bool,
         connect_args: tuple[Any, ...] | None = None,
         connect_kwargs: dict[str, Any] | None = None,
+        pooler: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         self.pool = pool
         self.owns_pool = owns_pool
+        #: ``"transaction"`` behind a pooler in transaction mode, else None.
+        self.pooler = pooler
+        #: A direct URL for LISTEN (None: the pool's, or poll only behind a pooler).
+        self.listen_url = listen_url
         # How to open a connection of one's own, outside the pool (the
         # heartbeat's thread runs its own event loop). For a caller's pool,
         # what the pool itself connects with.
@@ -123,8 +153,20 @@ class Database:
     def statement(self, name: str) -> Statement:
         found = self._statements.get(name)
         if found is None:
-            found = self._statements[name] = Statement(name)
+            found = self._statements[name] = Statement(name, pinned=self.pooler is not None)
         return found
+
+    @property
+    def poll_only(self) -> bool:
+        """Behind a pooler without a direct URL: no LISTEN, the poll timer finds work."""
+        return self.pooler is not None and self.listen_url is None
+
+    async def listen_connection(self) -> tuple[Any, bool]:
+        """A connection to LISTEN on, and whether it came from the pool (to
+        give back) rather than ``listen_url`` (to close)."""
+        if self.listen_url is not None:
+            return await asyncpg.connect(self.listen_url), False
+        return await self.pool.acquire(), True
 
     async def fetch(self, name: str, *args: Any, connection: Any = None) -> list[Record]:
         return await self._run("fetch", name, args, connection)  # type: ignore[no-any-return]

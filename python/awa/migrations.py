@@ -1,10 +1,12 @@
 """Forward-only, numbered schema migrations, safe to run from many processes
 at once.
 
-Overview: ``migrate`` takes a session advisory lock, creates the ``awa``
-schema and its migration ledger if needed, then applies each missing
-migration in its own transaction and records it. A second process waiting
-on the lock finds nothing left to do.
+Overview: ``migrate`` creates the ``awa`` schema and its migration ledger if
+needed, then applies each missing migration in its own transaction and
+records it. Every one of those transactions first takes a transaction-level
+advisory lock and looks again at what is applied, so concurrent migrators
+queue up and the later ones find nothing left to do. No session state is
+used, so this works through a pooler in transaction mode too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 from typing import Any, Final
 
 from awa import sql
-from awa.db import Database, session_changed
+from awa.db import Database
 
 log = logging.getLogger("awa.migrations")
 
@@ -25,34 +27,27 @@ async def migrate(db: Database, connection: Any = None) -> list[int]:
     """Applies every missing migration; returns the versions applied now."""
     if connection is None:
         async with db.pool.acquire() as pooled:
-            return await _migrate_locked(db, pooled)
-    return await _migrate_locked(db, connection)
+            return await _migrate(db, pooled)
+    return await _migrate(db, connection)
 
 
-async def _migrate_locked(db: Database, connection: Any) -> list[int]:
-    session_changed(connection)
-    await db.execute("schema_migrations_lock", MIGRATION_LOCK_KEY, connection=connection)
-    try:
+async def _migrate(db: Database, connection: Any) -> list[int]:
+    async with connection.transaction():
+        await db.execute("schema_migrations_lock", MIGRATION_LOCK_KEY, connection=connection)
         await db.execute("schema_migrations_bootstrap", connection=connection)
-        applied = {
-            row["version"]
-            for row in await db.fetch("schema_migrations_applied", connection=connection)
-        }
-        newly_applied = []
-        for migration in sql.MIGRATIONS:
-            if migration.version in applied:
+    newly_applied = []
+    for migration in sql.MIGRATIONS:
+        async with connection.transaction():
+            await db.execute("schema_migrations_lock", MIGRATION_LOCK_KEY, connection=connection)
+            if await db.fetchval(
+                "schema_migrations_is_applied", migration.version, connection=connection
+            ):
                 continue
-            async with connection.transaction():
-                await connection.execute(migration.sql)
-                await db.execute(
-                    "schema_migrations_record",
-                    migration.version,
-                    migration.name,
-                    connection=connection,
-                )
-            log.info("applied migration %04d_%s", migration.version, migration.name)
-            newly_applied.append(migration.version)
-        db.schema_changed()
-        return newly_applied
-    finally:
-        await db.execute("schema_migrations_unlock", MIGRATION_LOCK_KEY, connection=connection)
+            await connection.execute(migration.sql)
+            await db.execute(
+                "schema_migrations_record", migration.version, migration.name, connection=connection
+            )
+        log.info("applied migration %04d_%s", migration.version, migration.name)
+        newly_applied.append(migration.version)
+    db.schema_changed()
+    return newly_applied

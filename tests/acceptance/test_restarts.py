@@ -81,9 +81,8 @@ async def test_no_run_lease_is_handed_out_twice_after_an_immediate_restart(own_s
             "INSERT INTO awa.workers (hostname, pid, queues) VALUES ('h', 1, '{default}') "
             "RETURNING id"
         )
-        # A claim committed asynchronously, as workers claim: the immediate
+        # The claim commits asynchronously (it says so itself): the immediate
         # stop comes before the WAL writer flushed it, so the server forgets it.
-        await conn.execute("SET synchronous_commit = off")
         [first] = await conn.fetch(
             sql.query("jobs_claim"), ["default"], [1], worker_id, [], [], [None]
         )

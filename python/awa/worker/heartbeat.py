@@ -33,8 +33,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from awa import sql
-from awa.db import Database
+from awa.db import Database, Statement
 
 if TYPE_CHECKING:
     from awa.worker.supervisor import Health
@@ -91,6 +90,9 @@ class Heartbeat:
         watch: LoopWatch,
     ) -> None:
         self._db = db
+        pinned = db.pooler is not None
+        self._heartbeat = Statement("workers_heartbeat", pinned)
+        self._reregister = Statement("workers_reregister", pinned)
         self._worker_id = worker_id
         self._identity = identity
         self._interval_s = interval_s
@@ -154,15 +156,13 @@ class Heartbeat:
         return connection
 
     async def _beat(self, connection: Any) -> None:
-        found = await connection.fetchval(sql.query("workers_heartbeat"), self._worker_id)
+        found = await self._heartbeat.fetchval(connection, self._worker_id)
         if found is None:
             log.warning(
                 "worker %d was presumed dead (silent too long); registering again",
                 self._worker_id,
             )
-            await connection.execute(
-                sql.query("workers_reregister"), self._worker_id, *self._identity
-            )
+            await self._reregister.execute(connection, self._worker_id, *self._identity)
 
     def _loop_alive(self) -> bool:
         """Logs a blocked loop (once as it starts, once as it ends); false once

@@ -79,9 +79,11 @@ class Notifier:
     async def _listen_until_stopped_or_lost(self) -> None:
         lost = asyncio.Event()
         connection: Any = None
+        pooled = True
         try:
-            connection = await self._db.pool.acquire()
-            session_changed(connection)
+            connection, pooled = await self._db.listen_connection()
+            if pooled:
+                session_changed(connection)  # LISTENs are undone when it goes back
             connection.add_termination_listener(lambda _connection: lost.set())
             await connection.add_listener(CHANNEL, self._on_notification)
             await connection.add_listener(CONTROL_CHANNEL, self._on_control_message)
@@ -105,7 +107,10 @@ class Notifier:
                     await connection.remove_listener(CONTROL_CHANNEL, self._on_control_message)
                 except Exception:
                     log.debug("removing the listeners failed", exc_info=True)
-            await release_quietly(self._db.pool, connection)
+            if pooled:
+                await release_quietly(self._db.pool, connection)
+            elif connection is not None:
+                connection.terminate()
 
     def _on_notification(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         self.received += 1

@@ -10,7 +10,8 @@ sleeps when no queue can take work and wakes through its
 :class:`ClaimSignal`: a notification for one of its queues, a freed slot, or
 the poll timer (the fallback when notifications are lost).
 
-Claims commit with ``synchronous_commit = off``: if the database crashes
+Claims commit with ``synchronous_commit = off`` (set for their own
+transaction, so nothing lingers in the session): if the database crashes
 and forgets a claim, the job simply becomes available again; the run lease
 the next claim hands out is above any the forgotten one had
 (``awa.run_lease_floor``), so that attempt's outcome is refused.
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database, release_quietly, session_changed
+from awa.db import TRANSIENT_ERRORS, Database, release_quietly
 
 if TYPE_CHECKING:
     from awa.worker.completer import Completer
@@ -115,7 +116,6 @@ class Producer:
             BACKLOG_PER_SLOT * total_slots, BACKLOG_BATCHES * flush_batch_size
         )
         self._claim = db.statement("jobs_claim")
-        self._prepare_session = db.statement("jobs_claim_prepare_session")
         # Attempt timeouts, as the claim sets each attempt's deadline.
         kind_timeouts = kind_timeouts or {}
         self._timeout_kinds = list(kind_timeouts)
@@ -163,8 +163,6 @@ class Producer:
                 try:
                     if connection is None:
                         connection = await self._db.pool.acquire()
-                        session_changed(connection)
-                        await self._prepare_session.execute(connection)
                     if time.monotonic() >= self._reconcile_at:
                         await self._reconcile(connection)
                     await self._claim_or_wait(connection)

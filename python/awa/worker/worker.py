@@ -92,7 +92,13 @@ class Worker:
         spawn = self._supervisor.spawn
         spawn("loop-watch", self.loop_watch.run)
         spawn("completer", self.completer.run)
-        spawn("notifier", self.notifier.run)
+        if self.db.poll_only:
+            log.info(
+                "behind a pooler without listen_url: no LISTEN, claimers poll every %gs",
+                config.poll_interval,
+            )
+        else:
+            spawn("notifier", self.notifier.run)
         spawn("quarantine", lambda: self.control.watch_quarantine(self.db, self.health))
         spawn("leader", self.leader.run)
         spawn("health", self._watch_health)

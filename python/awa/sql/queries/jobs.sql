@@ -186,10 +186,6 @@ LIMIT $4;
 -- How many jobs are in each state (for summaries and tests).
 SELECT state::text AS state, count(*) AS count FROM awa.jobs GROUP BY state ORDER BY state;
 
--- name: jobs_claim_prepare_session
--- Lets claims commit without waiting for the WAL flush (see awa/producer.py).
-SET synchronous_commit = off;
-
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker,
 -- most urgent first (priority, then run_at, then id), skipping rows other
@@ -200,6 +196,10 @@ SET synchronous_commit = off;
 WITH wanted AS (
     SELECT name, count, timeout_s
     FROM unnest($1::text[], $2::integer[], $6::float8[]) AS w(name, count, timeout_s)
+), quick_commit AS (
+    -- This statement's own transaction commits without waiting for the WAL
+    -- flush (see awa/worker/producer.py); the session keeps its setting.
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
 ), kind_timeouts AS (
     SELECT kind, timeout_s FROM unnest($4::text[], $5::float8[]) AS k(kind, timeout_s)
 ), picked AS (
@@ -232,6 +232,7 @@ SET state = 'running',
         ) * interval '1 second',
         jobs.deadline_at)
 WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
+  AND (SELECT setting FROM quick_commit) = 'off'
 RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,

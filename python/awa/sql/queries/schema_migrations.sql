@@ -8,16 +8,12 @@ CREATE TABLE IF NOT EXISTS awa.schema_migrations (
 );
 
 -- name: schema_migrations_lock
--- Serialises migrators across processes (session advisory lock; waits).
-SELECT pg_advisory_lock($1::bigint);
+-- Serialises migrators across processes until the transaction ends (waits).
+SELECT pg_advisory_xact_lock($1::bigint);
 
--- name: schema_migrations_unlock
--- Releases the migrators' lock.
-SELECT pg_advisory_unlock($1::bigint);
-
--- name: schema_migrations_applied
--- Versions already applied, oldest first.
-SELECT version FROM awa.schema_migrations ORDER BY version;
+-- name: schema_migrations_is_applied
+-- Whether a migration version is already recorded.
+SELECT EXISTS (SELECT 1 FROM awa.schema_migrations WHERE version = $1) AS applied;
 
 -- name: schema_migrations_record
 -- Records one applied migration.
