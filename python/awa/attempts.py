@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    from awa.job import Job
+from enum import Enum
+from typing import Any, Final, Protocol
 
 _OUTCOME_BY_ERROR_TYPE: Final = {
     "WorkerCrash": "abandoned",
@@ -49,7 +47,26 @@ class AttemptRecord:
     error: dict[str, Any] | None = None
 
 
-def attempt_records(job: Job[Any]) -> list[AttemptRecord]:
+class JobHistory(Protocol):
+    """What an attempt record is put together from (an :class:`awa.Job`)."""
+
+    @property
+    def errors(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def state(self) -> Enum: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def attempted_at(self) -> datetime.datetime | None: ...
+
+    @property
+    def finalized_at(self) -> datetime.datetime | None: ...
+
+
+def attempt_records(job: JobHistory) -> list[AttemptRecord]:
     records = []
     for entry in job.errors:
         started = entry.get("started_at")

@@ -325,9 +325,11 @@ class AsyncClient:
             return self._db
         async with self._db_lock:
             if self._db is None:
-                modes = {"pooler": self._pooler, "listen_url": self._listen_url}
+                pooler, listen_url = self._pooler, self._listen_url
                 if self._pool is not None:
-                    self._db = Database(self._pool, owns_pool=False, **modes)
+                    self._db = Database(
+                        self._pool, owns_pool=False, pooler=pooler, listen_url=listen_url
+                    )
                 else:
                     # Behind a pooler in transaction mode: no server-side
                     # prepared statements (see awa/db.py).
@@ -339,7 +341,7 @@ class AsyncClient:
                         reset=reset_if_changed,
                         **cache,
                     )
-                    self._db = Database(pool, owns_pool=True, **modes)
+                    self._db = Database(pool, owns_pool=True, pooler=pooler, listen_url=listen_url)
         return self._db
 
     def _resolve_url(self) -> str:

@@ -37,8 +37,8 @@ from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
 
 if TYPE_CHECKING:
+    from awa.worker.claims import ClaimSignal
     from awa.worker.completer import Completer
-    from awa.worker.producer import ClaimSignal
 
 log = logging.getLogger("awa.executor")
 

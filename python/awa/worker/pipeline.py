@@ -18,9 +18,10 @@ from awa import _core
 from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
+from awa.worker.claims import ClaimSignal
 from awa.worker.completer import Completer
 from awa.worker.executor import Executor
-from awa.worker.producer import ClaimSignal, Producer
+from awa.worker.producer import Producer
 from awa.worker.supervisor import Health
 
 MAX_SYNC_THREADS = 64

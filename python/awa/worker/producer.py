@@ -39,6 +39,7 @@ from awa._events import wait_for_event
 from awa.db import TRANSIENT_ERRORS, Database, release_quietly
 
 if TYPE_CHECKING:
+    from awa.worker.claims import ClaimSignal
     from awa.worker.completer import Completer
     from awa.worker.executor import Executor
     from awa.worker.supervisor import Health
@@ -53,36 +54,6 @@ MAX_RETRY_DELAY_S: Final = 2.0
 BACKLOG_BATCHES: Final = 4
 BACKLOG_PER_SLOT: Final = 4
 BACKLOG_WAIT_S: Final = 0.5
-
-
-class ClaimSignal:
-    """Tells idle claimers there may be work: a queue may have jobs
-    (notifications, poll ticks), or a slot was freed."""
-
-    def __init__(self, dispatcher: _core.Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        self._event = asyncio.Event()
-
-    def ready(self, queue: str | None = None) -> None:
-        """``queue`` (or, with ``None``, every queue) may have jobs."""
-        if queue is None:
-            self._dispatcher.mark_all_ready()
-        elif not self._dispatcher.mark_ready(queue):
-            return
-        self._event.set()
-
-    def slot_freed(self, can_claim: bool) -> None:
-        if can_claim:
-            self._event.set()
-
-    def poke(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    async def wait(self, timeout_s: float) -> bool:
-        return await wait_for_event(self._event, timeout_s)
 
 
 class Producer:
