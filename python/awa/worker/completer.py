@@ -49,9 +49,10 @@ from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
-from awa.worker.outcome import SNOOZED, Code, Outcome
+from awa.worker.outcome import SNOOZED, Outcome
 
 if TYPE_CHECKING:
+    from awa._core import _OutcomeCode
     from awa.worker.attempt import RunningJob
     from awa.worker.supervisor import Health
 
@@ -374,7 +375,7 @@ class Completer:
         rounds = pending.replacements = pending.replacements + 1
         message = str(failed)
         log.error("%s; the job's outcome is rolled back and recorded as a failure", message)
-        code: Code = "failed" if rounds == 1 else "failed_terminal"
+        code: _OutcomeCode = "failed" if rounds == 1 else "failed_terminal"
         error_type = type(failed.error).__name__
         pending.outcome = Outcome(
             code, FAILED, error_type=error_type, message=message, traceback=""

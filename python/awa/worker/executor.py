@@ -224,14 +224,9 @@ class Executor:
         self.control.forget(job_id)
 
     def _finish(self, job: RunningJob[Any]) -> None:
-        job_id = job.id
-        self._running.pop(job_id, None)
-        if self._interruptible:
-            self._interruptible.discard(job_id)
-            self._cancelled_on_request.discard(job_id)
-        self.control.forget(job_id)
+        self._forget(job)
         self.finished += 1
-        self._claims.slot_freed(self._dispatcher.finish(job_id))
+        self._claims.slot_freed(self._dispatcher.finish(job.id))
 
     async def stop(self, timeout_s: float) -> None:
         """Waits up to ``timeout_s`` for running handlers, then cancels the rest

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from awa.errors import TerminalError
 from awa.hooks import CANCELLED, COMPLETED, FAILED, WAITING_FOR_CALLBACK
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 
 if TYPE_CHECKING:
+    from awa._core import _OutcomeCode as Code
     from awa.worker.attempt import RunningJob
 
 log = logging.getLogger("awa.executor")
@@ -35,17 +36,6 @@ TRACEBACK_LINES: Final = 40
 SNOOZED: Final = "snoozed"
 
 _warned_return_kinds: set[str] = set()
-
-#: What ``CompletionBatch.record`` takes.
-Code: TypeAlias = Literal[
-    "completed",
-    "retry_after",
-    "snooze",
-    "waiting_for_callback",
-    "cancelled",
-    "failed",
-    "failed_terminal",
-]
 
 
 class Outcome(NamedTuple):
