@@ -141,10 +141,13 @@ class Database:
         self.listen_url = listen_url
         # How to open a connection of one's own, outside the pool (the
         # heartbeat's thread runs its own event loop). For a caller's pool,
-        # what the pool itself connects with.
+        # what the pool itself connects with, unless it connects through a
+        # function of its own (then nobody can tell where to).
+        self.can_connect = True
         if connect_args is None:
             connect_args = tuple(getattr(pool, "_connect_args", ()) or ())
             connect_kwargs = dict(getattr(pool, "_connect_kwargs", {}) or {})
+            self.can_connect = getattr(pool, "_connect", asyncpg.connect) is asyncpg.connect
         self.connect_args = connect_args
         self.connect_kwargs = connect_kwargs or {}
         self._statements: dict[str, Statement] = {}

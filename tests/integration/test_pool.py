@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
+
 import awa
-from tests.support import FAST_WORKER
+from tests.support import FAST_WORKER, eventually
 
 
 async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn):
@@ -41,3 +43,32 @@ async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn
         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     )
     assert held_locks == 0
+
+
+async def test_a_pool_that_says_nothing_of_how_it_connects_still_gets_heartbeats(
+    database_url, conn, caplog
+):
+    async def connect(*_args, **_kwargs):
+        return await asyncpg.connect(database_url)
+
+    pool = await asyncpg.create_pool(connect=connect, min_size=1, max_size=6)
+    try:
+        async with awa.AsyncClient(pool=pool) as client:
+
+            @client.task(dict, kind="k")
+            async def handler(job):
+                return None
+
+            with caplog.at_level("WARNING", logger="awa.heartbeat"):
+                await client.start([("default", 1)], **FAST_WORKER)
+            worker = client.worker
+            assert worker is not None
+
+            async def beating() -> bool:
+                return worker.heartbeat.beats >= 3
+
+            await eventually(beating)
+            await client.shutdown()
+    finally:
+        await pool.close()
+    assert any("says nothing of how it connects" in r.getMessage() for r in caplog.records)

@@ -107,6 +107,14 @@ class Heartbeat:
         self.beats = 0
 
     def start(self) -> None:
+        self._worker_loop = asyncio.get_running_loop()
+        if not self._db.can_connect:
+            log.warning(
+                "the connection pool given to awa says nothing of how it connects: heartbeats "
+                "go through the worker's event loop, so a handler that blocks the loop past "
+                "heartbeat_staleness gets this worker's jobs rescued (pass a URL, or a pool "
+                "made with asyncpg.create_pool(dsn, ...))"
+            )
         self._thread = threading.Thread(
             target=self._run, name=f"awa-heartbeat-{self._worker_id}", daemon=True
         )
@@ -141,9 +149,13 @@ class Heartbeat:
         if not self._loop_alive() or not self._health.check():
             return connection
         try:
-            if connection is None:
-                connection = await asyncio.wait_for(self._db.connect(), BEAT_TIMEOUT_S)
-            await asyncio.wait_for(self._beat(connection), BEAT_TIMEOUT_S)
+            if not self._db.can_connect:
+                beat = asyncio.run_coroutine_threadsafe(self._beat_pooled(), self._worker_loop)
+                await asyncio.wait_for(asyncio.wrap_future(beat), BEAT_TIMEOUT_S)
+            else:
+                if connection is None:
+                    connection = await asyncio.wait_for(self._db.connect(), BEAT_TIMEOUT_S)
+                await asyncio.wait_for(self._beat(connection), BEAT_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - a missed beat must not end the thread
             self._health.failed(SERVICE, error)
             log.warning("heartbeat failed (%s: %s)", type(error).__name__, error)
@@ -163,6 +175,11 @@ class Heartbeat:
                 self._worker_id,
             )
             await self._reregister.execute(connection, self._worker_id, *self._identity)
+
+    async def _beat_pooled(self) -> None:
+        """A beat on the worker's own loop, through its pool."""
+        async with self._db.pool.acquire() as connection:
+            await self._beat(connection)
 
     def _loop_alive(self) -> bool:
         """Logs a blocked loop (once as it starts, once as it ends); false once
