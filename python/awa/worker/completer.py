@@ -206,8 +206,7 @@ class Completer:
         everything is written."""
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
+                # A batch left in flight (a restart of this service) goes first.
                 while self._flush is not None or len(self._batch):
                     if self._flush is None:
                         await self._wait_until_due()
@@ -217,6 +216,8 @@ class Completer:
                     self._flush, self._flush_observed = None, {}
                 if self._stopping:
                     return
+                await self._wake.wait()
+                self._wake.clear()
         finally:
             connection, self._connection = self._connection, None
             await release_quietly(self._db.pool, connection)
