@@ -858,6 +858,23 @@ class ChaosRun:
             list(ids),
         )
 
+    async def left_alone(self, ids: Sequence[int], after: float, grace_s: float) -> list[int]:
+        """Of ``ids`` (jobs a worker held at ``after``), those it did not
+        finish itself in the ``grace_s`` after: a write it had in flight as
+        it was stopped can still commit, and such a job needs no rescue."""
+        rows = await self.observer.fetch(
+            """SELECT h.id FROM unnest($1::bigint[]) AS h(id)
+               WHERE NOT EXISTS (
+                   SELECT 1 FROM chaos_transitions t
+                   WHERE t.job_id = h.id AND t.old_state = 'running'
+                     AND NOT (t.new_state = 'retryable' AND t.crashes > 0)
+                     AND extract(epoch FROM t.at)::float8 < $2 + $3)""",
+            list(ids),
+            after,
+            grace_s,
+        )
+        return [row["id"] for row in rows]
+
     # ── the end ──
 
     async def finish(self) -> Report:
