@@ -285,7 +285,8 @@ async def test_a_service_that_cannot_recover_makes_the_worker_unhealthy(restrict
             await terminate_backends(conn)
             await eventually(_async(lambda: not worker.healthy), timeout=30)
             assert worker.unhealthy_reason
-            # An unhealthy worker stops proving it is alive: its claims get rescued.
+            # It stops leading, and stops proving it is alive: its claims get rescued.
+            await eventually(_async(lambda: not worker.leader.is_leader))
             beats = worker.heartbeat.beats
             await asyncio.sleep(0.5)
             assert worker.heartbeat.beats == beats

@@ -163,13 +163,14 @@ class Worker:
             return
         self._unhealthy.set()
         log.error(
-            "worker %s is unhealthy: %s; it stops claiming and heartbeating, so its jobs "
-            "are rescued by other workers",
+            "worker %s is unhealthy: %s; it stops claiming, heartbeating and leading, so "
+            "other workers rescue its jobs and take over maintenance",
             self.worker_id,
             reason,
         )
         if self._started:
             self.producer.stop()
+            self.leader.stop()
 
     @property
     def healthy(self) -> bool:
