@@ -97,3 +97,17 @@ def test_the_task_decorator_keeps_the_handler_type() -> None:
     assert_type(resize.__name__, str)
     task = client.tasks["resize_image"]
     assert (task.kind, task.queue, task.args_type) == ("resize_image", "images", ResizeImage)
+
+
+def test_a_running_job_has_the_attempts_capabilities_and_a_job_does_not() -> None:
+    client = awa.AsyncClient("postgresql://localhost/never-connected")
+
+    @client.task(ResizeImage, kind="resize_with_follow_up")
+    async def resize(job: awa.RunningJob[ResizeImage]) -> None:
+        assert_type(job.args, ResizeImage)
+        assert_type(job.is_cancelled(), bool)
+        job.enqueue_on_completion(ResizeImage(image_id=job.args.image_id, width=10))
+
+    assert issubclass(awa.RunningJob, awa.Job)
+    assert not hasattr(awa.Job, "enqueue_on_completion")
+    assert client.tasks["resize_with_follow_up"].handler is resize
