@@ -868,7 +868,7 @@ class ChaosRun:
                    SELECT 1 FROM chaos_transitions t
                    WHERE t.job_id = h.id AND t.old_state = 'running'
                      AND NOT (t.new_state = 'retryable' AND t.crashes > 0)
-                     AND extract(epoch FROM t.at)::float8 < $2 + $3)""",
+                     AND extract(epoch FROM t.at)::float8 < $2::float8 + $3::float8)""",
             list(ids),
             after,
             grace_s,
