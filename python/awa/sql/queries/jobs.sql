@@ -186,6 +186,11 @@ LIMIT $4;
 -- How many jobs are in each state (for summaries and tests).
 SELECT state::text AS state, count(*) AS count FROM awa.jobs GROUP BY state ORDER BY state;
 
+-- name: jobs_claim_prepare_session
+-- Plans claims once per connection: a custom plan for every claim costs
+-- more than the claim itself (see awa/worker/producer.py).
+SET plan_cache_mode = force_generic_plan;
+
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker,
 -- most urgent first (priority, then run_at, then id), skipping rows other
