@@ -27,10 +27,11 @@ async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn
         held = [await pool.acquire() for _ in range(pool.get_max_size())]
         try:
             for connection in held:
-                set_by = await connection.fetchval(
-                    "SELECT source FROM pg_settings WHERE name = 'synchronous_commit'"
+                set_by = await connection.fetch(
+                    "SELECT name FROM pg_settings WHERE source = 'session' "
+                    "AND name IN ('synchronous_commit', 'plan_cache_mode')"
                 )
-                assert set_by != "session"
+                assert set_by == [], "a claimer's session settings came back with it"
                 assert (
                     await connection.fetchval("SELECT count(*) FROM pg_listening_channels()") == 0
                 )
