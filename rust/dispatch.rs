@@ -30,6 +30,9 @@ pub struct QueueSlots {
     pub reserved: u32,
     /// False after a short claim, until a wake-up says otherwise.
     maybe_has_jobs: bool,
+    /// Counts wake-ups, so a claim that was already in flight when one came
+    /// (its snapshot may predate the new job) cannot undo it.
+    wake_ups: u64,
 }
 
 /// A job held by this worker: which queue's slot it takes, and its lease.
@@ -54,6 +57,8 @@ pub struct Dispatcher {
 pub struct ClaimPlan {
     pub wanted: Vec<(usize, u32)>,
     started: Vec<u32>,
+    /// Each wanted queue's wake-up count when the plan was made.
+    wake_ups: Vec<u64>,
 }
 
 impl ClaimPlan {
@@ -100,6 +105,7 @@ impl Dispatcher {
                 running: 0,
                 reserved: 0,
                 maybe_has_jobs: true,
+                wake_ups: 0,
             });
         }
         Ok(Dispatcher {
@@ -124,6 +130,7 @@ impl Dispatcher {
     pub fn plan_claim(&mut self) -> Option<ClaimPlan> {
         let mut global_free = self.global_free();
         let mut wanted = Vec::new();
+        let mut wake_ups = Vec::new();
         for (index, queue) in self.queues.iter_mut().enumerate() {
             if !queue.maybe_has_jobs || global_free == 0 {
                 continue;
@@ -136,12 +143,17 @@ impl Dispatcher {
             queue.reserved += count;
             global_free -= count;
             wanted.push((index, count));
+            wake_ups.push(queue.wake_ups);
         }
         if wanted.is_empty() {
             return None;
         }
         let started = vec![0; wanted.len()];
-        Some(ClaimPlan { wanted, started })
+        Some(ClaimPlan {
+            wanted,
+            started,
+            wake_ups,
+        })
     }
 
     /// A claimed job begins: it takes one of the plan's reserved slots of
@@ -165,14 +177,17 @@ impl Dispatcher {
     }
 
     /// Returns the unused part of a plan. A queue that gave fewer jobs than
-    /// asked is drained for now; a claim that `failed` says nothing about
-    /// what the queues hold, so they stay ready (the retry claims at once
-    /// instead of waiting for the next poll).
+    /// asked is drained for now, unless a wake-up came while the claim was
+    /// in flight; a claim that `failed` says nothing about what the queues
+    /// hold, so they stay ready (the retry claims at once instead of waiting
+    /// for the next poll).
     pub fn settle_claim(&mut self, plan: &ClaimPlan, failed: bool) {
-        for (&(index, wanted), &started) in plan.wanted.iter().zip(&plan.started) {
+        for ((&(index, wanted), &started), &wake_ups) in
+            plan.wanted.iter().zip(&plan.started).zip(&plan.wake_ups)
+        {
             let queue = &mut self.queues[index];
             queue.reserved -= wanted - started;
-            if started < wanted && !failed {
+            if started < wanted && !failed && queue.wake_ups == wake_ups {
                 queue.maybe_has_jobs = false;
             }
         }
@@ -200,12 +215,14 @@ impl Dispatcher {
     pub fn mark_ready(&mut self, queue: usize) {
         if let Some(slots) = self.queues.get_mut(queue) {
             slots.maybe_has_jobs = true;
+            slots.wake_ups += 1;
         }
     }
 
     pub fn mark_all_ready(&mut self) {
         for queue in &mut self.queues {
             queue.maybe_has_jobs = true;
+            queue.wake_ups += 1;
         }
     }
 
@@ -361,7 +378,25 @@ mod tests {
 
     fn plan_of(wanted: Vec<(usize, u32)>) -> ClaimPlan {
         let started = vec![0; wanted.len()];
-        ClaimPlan { wanted, started }
+        let wake_ups = vec![0; wanted.len()];
+        ClaimPlan {
+            wanted,
+            started,
+            wake_ups,
+        }
+    }
+
+    #[test]
+    fn a_wake_up_during_a_claim_in_flight_outlives_its_short_result() {
+        let mut d = dispatcher(&[("q", 10)], 10, None);
+        let plan = d.plan_claim().unwrap();
+        // A job is inserted and notified after the claim took its snapshot.
+        d.mark_ready(0);
+        d.settle_claim(&plan, false); // came back empty
+        assert!(d.can_claim(), "the notification is not lost");
+        let again = d.plan_claim().unwrap();
+        d.settle_claim(&again, false); // empty, and nothing woke it meanwhile
+        assert!(!d.can_claim());
     }
 
     #[test]

@@ -271,3 +271,12 @@ def test_a_failed_claim_keeps_its_queues_ready() -> None:
     assert second is not None and second[2] == [4]
     dispatcher.settle_claim(second[0])  # came back empty: drained until woken
     assert not dispatcher.can_claim()
+
+
+def test_a_notification_during_a_claim_in_flight_is_not_undone_by_its_short_result() -> None:
+    dispatcher = _core.Dispatcher([("q", 4)], 10)
+    plan = dispatcher.plan_claim()
+    assert plan is not None
+    assert dispatcher.mark_ready("q")  # a job committed after the claim's snapshot
+    dispatcher.settle_claim(plan[0])  # the claim came back empty
+    assert dispatcher.can_claim(), "the notification must not be lost"
