@@ -199,6 +199,9 @@ def find_interpreter(system: str, awa_python: str, baseline_python: str | None) 
         return None, f"could not create its virtualenv: {exc}"
     if python is None:
         return None, f"no interpreter at {awa_python}"
+    # Drivers run from another directory, so a relative path (make passes
+    # .venv/bin/python) must be made absolute; not resolved, or the venv is lost.
+    python = os.path.abspath(python)
     check = subprocess.run(
         [python, "-c", IMPORT_CHECKS[system]], capture_output=True, text=True, env=clean_env()
     )
