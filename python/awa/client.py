@@ -13,7 +13,7 @@ from typing import Any, Final, Literal, TypeVar
 import asyncpg
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine
-from awa.config import DEFAULT_MAX_WORKERS, WorkerConfig, normalize_queues, timeout_seconds
+from awa.config import DEFAULT_MAX_WORKERS, timeout_seconds, worker_config
 from awa.db import POOLER_MODES, Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
@@ -916,8 +916,11 @@ class AsyncClient:
 
         ``queues`` pairs each queue with its ``max_workers`` (handlers at once),
         e.g. ``[("email", 8), ("default", 32)]``; by default every queue a
-        task was registered for, with 10 each. Further keyword arguments
-        tune the worker (see :class:`awa.WorkerConfig`).
+        task was registered for, with 10 each; a queue may also be given as
+        ``{"name": "email", "max_workers": 8}``. Further keyword arguments
+        tune the worker (see :class:`awa.WorkerConfig`). A setting or queue
+        key awa does not know raises :class:`awa.ConfigurationError` naming
+        it, never passes unused.
         """
         if self._worker is not None and self._worker.running:
             raise ConfigurationError("this client's worker is already running")
@@ -925,10 +928,7 @@ class AsyncClient:
             raise ConfigurationError("register at least one task (@client.task) before start()")
         if queues is None:
             queues = {task.queue: DEFAULT_MAX_WORKERS for task in self._registry.by_kind.values()}
-        try:
-            config = WorkerConfig(queues=normalize_queues(queues), **settings)
-        except TypeError as error:
-            raise ConfigurationError(str(error)) from None
+        config = worker_config(queues, settings)
         db = await self._database()
         pool_size = db.pool.get_max_size()
         if pool_size < config.connections_needed:

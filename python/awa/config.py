@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -166,7 +167,7 @@ def normalize_queues(
         pairs = []
         for entry in queues:
             if isinstance(entry, Mapping):
-                pairs.append((entry.get("name"), entry.get("max_workers", DEFAULT_MAX_WORKERS)))
+                pairs.append(_queue_entry(entry))
             elif isinstance(entry, tuple | list) and len(entry) == 2:
                 pairs.append((entry[0], entry[1]))
             else:
@@ -182,6 +183,40 @@ def normalize_queues(
         seen.add(name)
         _require_positive_int(f"max_workers of queue {name!r}", max_workers)
     return tuple((name, int(max_workers)) for name, max_workers in pairs)
+
+
+_QUEUE_ENTRY_KEYS = ("name", "max_workers")
+
+
+def _queue_entry(entry: Mapping[str, Any]) -> tuple[Any, Any]:
+    # A key awa would drop (a limit it does not have) must not pass silently:
+    # the deployment would run without it.
+    for key in entry:
+        if key not in _QUEUE_ENTRY_KEYS:
+            raise ConfigurationError(
+                f"queue entry {dict(entry)!r}: unknown key {key!r}; "
+                f"a queue entry takes {', '.join(_QUEUE_ENTRY_KEYS)}"
+            )
+    if "name" not in entry:
+        raise ConfigurationError(f"queue entry {dict(entry)!r} needs a 'name'")
+    return entry["name"], entry.get("max_workers", DEFAULT_MAX_WORKERS)
+
+
+def worker_config(
+    queues: Sequence[tuple[str, int]] | Mapping[str, int] | Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+) -> WorkerConfig:
+    """A :class:`WorkerConfig` from a worker's queues and keyword settings,
+    refusing any setting it does not know by name."""
+    accepted = [field.name for field in fields(WorkerConfig) if field.name != "queues"]
+    for key in settings:
+        if key not in accepted:
+            close = difflib.get_close_matches(str(key), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(
+                f"unknown worker setting {key!r}{hint}; the settings are: {', '.join(accepted)}"
+            )
+    return WorkerConfig(queues=normalize_queues(queues), **settings)
 
 
 def _require_positive_int(name: str, value: Any) -> None:
