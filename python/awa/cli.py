@@ -9,9 +9,12 @@ import datetime
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Coroutine, Sequence
+from types import ModuleType
 from typing import Any
 
 from awa.client import AsyncClient
@@ -131,7 +134,7 @@ def load_client(target: str) -> AsyncClient:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"--app must look like module:client, got {target!r}")
-    module = importlib.import_module(module_name)
+    module = _import_app(module_name)
     try:
         client = getattr(module, attribute)
     except AttributeError:
@@ -139,6 +142,43 @@ def load_client(target: str) -> AsyncClient:
     if not isinstance(client, AsyncClient):
         raise ConfigurationError(f"{target} is a {type(client).__name__}, not an awa.AsyncClient")
     return client
+
+
+def _import_app(module_name: str) -> ModuleType:
+    # The console script does not put the current directory on sys.path the
+    # way `python -m awa` does; an app next to the user must load either way.
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not _is_prefix(error.name, module_name):
+            raise ConfigurationError(_import_failure(module_name, error)) from None
+        raise ConfigurationError(
+            f"--app: no module named {error.name!r} (looked in the current directory "
+            f"{here} and on sys.path; run from your project's root or set PYTHONPATH)"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - the app's own code may raise anything
+        raise ConfigurationError(_import_failure(module_name, error)) from None
+
+
+def _is_prefix(missing: str, module_name: str) -> bool:
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _import_failure(module_name: str, error: BaseException) -> str:
+    """The error and the app's own frames (not importlib's)."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith("<frozen ")
+        and frame.filename not in (__file__, importlib.__file__)
+    ]
+    where = "".join(traceback.format_list(frames)).rstrip()
+    return (
+        f"--app: importing {module_name!r} raised {type(error).__name__}: {error}\n{where}"
+    ).rstrip()
 
 
 def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:

@@ -144,3 +144,77 @@ async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(restrict
     assert process.returncode == 1, err.decode()
     assert "unhealthy" in err.decode()
     assert "InsufficientPrivilege" in err.decode()
+
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("awa")
+
+
+async def run_console_script(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """The installed ``awa`` script, run as a user would from their project
+    (no PYTHONPATH: only what the script itself puts on sys.path)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    process = await asyncio.create_subprocess_exec(
+        str(CONSOLE_SCRIPT), *args,
+        cwd=cwd, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+def _write_app(root: Path, body: str) -> None:
+    package = root / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(textwrap.dedent(body))
+
+
+async def test_the_console_script_imports_the_app_from_the_current_directory(
+    client, conn, database_url, tmp_path
+):
+    _write_app(
+        tmp_path,
+        f"""
+        import awa
+        client = awa.AsyncClient({database_url!r})
+
+        @client.task(dict, kind="script_job", queue="script")
+        async def script_job(job):
+            return None
+        """,
+    )
+    await client.insert_many([{}] * 3, kind="script_job", queue="script")
+    process = await asyncio.create_subprocess_exec(
+        str(CONSOLE_SCRIPT), "worker", "--app", "myapp.jobs:client",
+        cwd=tmp_path,
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+
+        async def done() -> bool:
+            return (await states(conn)).get("completed") == 3
+
+        await eventually(done, timeout=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
+
+
+async def test_a_missing_app_module_says_what_was_tried(tmp_path):
+    code, _, err = await run_console_script(
+        "worker", "--app", "nosuchapp.jobs:client", cwd=tmp_path
+    )
+    assert code == 1
+    assert "Traceback" not in err
+    assert "no module named 'nosuchapp'" in err
+    assert str(tmp_path) in err  # where it looked
+
+
+async def test_an_app_that_raises_on_import_is_reported_with_its_line(tmp_path):
+    _write_app(tmp_path, "import awa\nclient = awa.AsyncClient(undefined_name)\n")
+    code, _, err = await run_console_script("worker", "--app", "myapp.jobs:client", cwd=tmp_path)
+    assert code == 1
+    assert "importing 'myapp.jobs' raised NameError" in err
+    assert 'jobs.py", line 2' in err, err
