@@ -8,14 +8,13 @@ own (``awa.embedded``) and stops it at the end. Nothing is mocked.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 import awa
+from awa.databases import create_database, drop_database, scratch_name, with_database
 from awa.embedded import EmbeddedPostgres
 from tests.faults import RestrictedRole, with_user
 from tests.pgbouncer import NOT_INSTALLED, PgBouncer, find_pgbouncer
@@ -24,11 +23,6 @@ from tests.processes import LEDGER_DROP_SQL, LEDGER_SQL
 #: Servers of a test's own flush asynchronous commits late (their WAL writer
 #: sleeps long), so an immediate restart reliably forgets recent claims.
 OWN_SERVER_SETTINGS = ("wal_writer_delay=10000ms", "wal_writer_flush_after=1GB")
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 @pytest.fixture(scope="session")
@@ -48,23 +42,15 @@ def server_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 async def database_url(server_url: str) -> AsyncIterator[str]:
     """A fresh, migrated database for this session, dropped afterwards."""
-    name = f"awa_test_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    url = _with_database(server_url, name)
+    name = scratch_name("awa_test")
+    await create_database(server_url, name)
+    url = with_database(server_url, name)
     async with awa.AsyncClient(url) as client:
         await client.migrate()
     try:
         yield url
     finally:
-        admin = await asyncpg.connect(server_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await drop_database(server_url, name)
 
 
 @pytest.fixture

@@ -17,7 +17,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import ModuleType
 from typing import Any
 
+import asyncpg
+
 from awa.client import AsyncClient
+from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
 from awa.job import Job
 
@@ -37,11 +40,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(event_loop_runner(options.loop)(options.run(options)))
-    except (AwaError, OSError) as error:
-        print(f"awa: {error}", file=sys.stderr)
+    except (AwaError, OSError, asyncpg.PostgresError) as error:
+        print(f"awa: {_one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(error: BaseException) -> str:
+    """The message a command ends with; the error's type where it has none
+    (a bare ``TimeoutError`` printed as ``awa: `` before)."""
+    message = str(error)
+    if isinstance(error, asyncpg.PostgresError):
+        return f"the database refused: {message} ({type(error).__name__})"
+    return message or type(error).__name__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,8 +105,16 @@ def _parser() -> argparse.ArgumentParser:
     show.set_defaults(run=_jobs_show)
 
     demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
-    _database_option(demo)
+    demo.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="a server to run on, in a database the demo creates and drops "
+        "(default: AWA_DATABASE_URL's server, else a throwaway embedded one)",
+    )
     demo.add_argument("--jobs", type=int, default=300, help="how many jobs to enqueue")
+    demo.add_argument(
+        "--keep", action="store_true", help="keep the demo's database afterwards (and say where)"
+    )
     demo.set_defaults(run=_demo)
     return parser
 
@@ -118,12 +138,34 @@ def _database_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="PostgreSQL URL (default: AWA_DATABASE_URL, else a throwaway embedded server)",
+        help="PostgreSQL URL (default: AWA_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up connecting after this long (default {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
 
 
+def required_url(options: argparse.Namespace) -> str:
+    """The database a command works on: never a throwaway one."""
+    url = options.database_url or os.environ.get("AWA_DATABASE_URL")
+    if not url:
+        raise ConfigurationError(
+            "no database given: use --database-url postgresql://user@host/db "
+            "or set AWA_DATABASE_URL"
+        )
+    return str(url)
+
+
+def _client(options: argparse.Namespace) -> AsyncClient:
+    return AsyncClient(required_url(options), connect_timeout=options.connect_timeout)
+
+
 async def _migrate(options: argparse.Namespace) -> int:
-    async with AsyncClient(options.database_url) as client:
+    async with _client(options) as client:
         applied = await client.migrate()
     print(f"applied migrations {applied}" if applied else "the schema is up to date")
     return 0
@@ -195,6 +237,11 @@ def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:
 
 async def _worker(options: argparse.Namespace) -> int:
     client = load_client(options.app)
+    if client.embedded:
+        raise ConfigurationError(
+            f"{options.app} runs on a throwaway embedded server (embedded=True), which no "
+            "other process can reach: give it a database URL for awa worker"
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -222,7 +269,7 @@ async def _worker(options: argparse.Namespace) -> int:
 
 
 async def _jobs_show(options: argparse.Namespace) -> int:
-    async with AsyncClient(options.database_url) as client:
+    async with _client(options) as client:
         job = await client.get_job(options.job_id, include_payload=options.payload)
     for line in describe_job(job, with_payload=options.payload):
         print(line)
@@ -262,4 +309,6 @@ def _when(moment: datetime.datetime | None) -> str:
 async def _demo(options: argparse.Namespace) -> int:
     from awa import demo
 
-    return await demo.run(options.database_url, options.jobs)
+    return await demo.run(
+        options.database_url or os.environ.get("AWA_DATABASE_URL"), options.jobs, keep=options.keep
+    )

@@ -13,7 +13,8 @@ from typing import Any, Final, Literal, TypeVar
 import asyncpg
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine
-from awa.config import DEFAULT_MAX_WORKERS, timeout_seconds, worker_config
+from awa.config import DEFAULT_MAX_WORKERS, positive_seconds, timeout_seconds, worker_config
+from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, open_pool
 from awa.db import POOLER_MODES, Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
@@ -44,6 +45,11 @@ R = TypeVar("R")
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_MAX_CRASHES", "DEFAULT_PRIORITY", "AsyncClient"]
 
+NO_DATABASE: Final = (
+    "no database given: pass a URL (AsyncClient('postgresql://user@host/db')) or pool=, "
+    "or set AWA_DATABASE_URL; AsyncClient(embedded=True) starts a throwaway server "
+    "for experiments"
+)
 DEFAULT_LIST_LIMIT: Final = 100
 MAX_LIST_LIMIT: Final = 10_000
 
@@ -56,10 +62,14 @@ class AsyncClient:
     ``pooler="transaction"``: awa then keeps no session state and no
     prepared statements, and LISTENs on ``listen_url`` (a direct connection
     to the server) if given, else polls (``poll_interval``). With neither,
-    ``AWA_DATABASE_URL`` is used, and without that a throwaway PostgreSQL is
-    started on first use (needs the ``embedded`` extra; its data is deleted
-    when the client closes unless ``AWA_PG_DATA`` names a directory).
-    Connections open lazily, on the first call that needs one.
+    ``AWA_DATABASE_URL`` is used; without that the first call that needs the
+    database raises :class:`awa.ConfigurationError`. Only
+    ``embedded=True`` starts a throwaway PostgreSQL (for experiments and
+    demos; needs the ``embedded`` extra; its data is deleted when the client
+    closes unless ``AWA_PG_DATA`` names a directory). Connections open
+    lazily, on the first call that needs one; one that cannot be opened
+    within ``connect_timeout`` seconds, or that the server refuses, raises
+    :class:`awa.ConnectionFailed` naming the host, role, database and cause.
     """
 
     def __init__(
@@ -70,9 +80,17 @@ class AsyncClient:
         max_connections: int = 10,
         pooler: Literal["transaction"] | None = None,
         listen_url: str | None = None,
+        embedded: bool = False,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         if url is not None and pool is not None:
             raise ConfigurationError("give a database url or a pool, not both")
+        if not isinstance(embedded, bool):
+            raise ConfigurationError(f"embedded must be True or False (got {embedded!r})")
+        if embedded and (url is not None or pool is not None):
+            raise ConfigurationError(
+                "embedded=True starts a server of its own: give no url or pool"
+            )
         if pooler is not None and pooler not in POOLER_MODES:
             raise ConfigurationError(
                 f"pooler must be None or one of {list(POOLER_MODES)} (got {pooler!r})"
@@ -94,11 +112,15 @@ class AsyncClient:
             raise ConfigurationError(
                 f"max_connections must be an integer >= 1, got {max_connections!r}"
             )
+        self._connect_timeout = positive_seconds(
+            connect_timeout, "connect_timeout", ConfigurationError
+        )
         self._url = url
         self._pool = pool
         self._max_connections = max_connections
         self._pooler = pooler
         self._listen_url = listen_url
+        self._wants_embedded = embedded
         self._registry = Registry()
         self._lifecycle = Lifecycle(self._registry)
         self._db: Database | None = None
@@ -334,8 +356,9 @@ class AsyncClient:
                     # Behind a pooler in transaction mode: no server-side
                     # prepared statements (see awa/db.py).
                     cache = {} if self._pooler is None else {"statement_cache_size": 0}
-                    pool = await asyncpg.create_pool(
+                    pool = await open_pool(
                         self._resolve_url(),
+                        connect_timeout=self._connect_timeout,
                         min_size=1,
                         max_size=self._max_connections,
                         reset=reset_if_changed,
@@ -345,27 +368,32 @@ class AsyncClient:
         return self._db
 
     def _resolve_url(self) -> str:
-        url = self._url or os.environ.get("AWA_DATABASE_URL")
-        if url:
+        if not self._wants_embedded:
+            url = self._url or os.environ.get("AWA_DATABASE_URL")
+            if not url:
+                raise ConfigurationError(NO_DATABASE)
             return url
+        # Imported only when asked for: the launcher is not part of the runtime.
         from awa.embedded import EmbeddedPostgres
 
         self._embedded = EmbeddedPostgres(durable=True)
         url = self._embedded.start()
-        log.warning(
-            "no database URL given and AWA_DATABASE_URL is unset: using a throwaway "
-            "PostgreSQL at %s (set AWA_DATABASE_URL to use your own)",
-            url,
-        )
+        log.info("using a throwaway PostgreSQL at %s (embedded=True; deleted on close)", url)
         return str(url)
 
     @property
+    def embedded(self) -> bool:
+        """True for a client that runs on a throwaway server of its own."""
+        return self._wants_embedded
+
+    @property
     def database_url(self) -> str | None:
-        """The URL in use, once connected (``None`` for a caller's pool)."""
+        """The URL in use (``None`` for a caller's pool, and for an embedded
+        server not started yet)."""
         if self._pool is not None:
             return None
-        if self._embedded is not None:
-            return str(self._embedded.url)
+        if self._wants_embedded:
+            return None if self._embedded is None else str(self._embedded.url)
         return self._url or os.environ.get("AWA_DATABASE_URL")
 
     async def migrate(self) -> list[int]:

@@ -120,6 +120,15 @@ def affected_rows(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+# What a query meets on a database whose awa schema is missing or older.
+_MISSING_SCHEMA_OBJECT = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.UndefinedFunctionError,
+    asyncpg.UndefinedColumnError,
+)
+
+
 class Database:
     """An asyncpg pool plus named-query helpers and the schema version check."""
 
@@ -186,10 +195,27 @@ class Database:
     async def _run(self, method: str, name: str, args: tuple[Any, ...], connection: Any) -> Any:
         """Runs a named query on ``connection``, or on a pooled one when none is given."""
         run = getattr(self.statement(name), method)
-        if connection is not None:
-            return await run(connection, *args)
-        async with self.pool.acquire() as pooled:
-            return await run(pooled, *args)
+        try:
+            if connection is not None:
+                return await run(connection, *args)
+            async with self.pool.acquire() as pooled:
+                return await run(pooled, *args)
+        except _MISSING_SCHEMA_OBJECT as error:
+            problem = await self._schema_problem()
+            if problem is None:
+                raise
+            raise problem from error
+
+    async def _schema_problem(self) -> SchemaNotMigrated | None:
+        """Why a query met a missing table or function: an unmigrated (or
+        older) schema, or ``None`` if the schema is current after all. Asked
+        on a pooled connection: the caller's may be in a failed transaction."""
+        async with self.pool.acquire() as connection:
+            found = await self.schema_version(connection)
+            if found is not None and found >= sql.LATEST_VERSION:
+                return None
+            database = await self.statement("schema_migrations_database").fetchval(connection)
+        return SchemaNotMigrated(found, sql.LATEST_VERSION, database)
 
     async def connect(self) -> Any:
         """A connection outside the pool, on the running event loop."""
@@ -214,7 +240,8 @@ class Database:
             return
         found = await self.schema_version(connection)
         if found is None or found < sql.LATEST_VERSION:
-            raise SchemaNotMigrated(found, sql.LATEST_VERSION)
+            database = await self.fetchval("schema_migrations_database", connection=connection)
+            raise SchemaNotMigrated(found, sql.LATEST_VERSION, database)
         self._schema_checked = True
 
     def schema_changed(self) -> None:

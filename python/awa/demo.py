@@ -21,6 +21,13 @@ from typing import Any
 from pydantic import BaseModel
 
 import awa
+from awa.databases import (
+    create_database,
+    describe_server,
+    drop_database,
+    scratch_name,
+    with_database,
+)
 from awa.job import JobState
 
 SETTLED = {JobState.Completed, JobState.Failed, JobState.Cancelled}
@@ -52,7 +59,8 @@ class ChargeCard(BaseModel):
 
 
 def build_client(url: str | None) -> awa.AsyncClient:
-    client = awa.AsyncClient(url)
+    """The demo's tasks on ``url``, or on a throwaway server without one."""
+    client = awa.AsyncClient(url) if url else awa.AsyncClient(embedded=True)
 
     @client.task(SendEmail, queue="email")
     async def send_email(job: awa.Job[SendEmail]) -> None:
@@ -164,14 +172,36 @@ def print_summary(summary: dict[str, dict[str, int]], elapsed_s: float) -> None:
     print(f"\n{total} jobs settled in {elapsed_s:.1f}s")
 
 
-async def run(url: str | None, count: int) -> int:
+async def run(server_url: str | None, count: int, *, keep: bool = False) -> int:
+    """Runs the demo in a database of its own: one it creates on
+    ``server_url`` (dropped afterwards unless ``keep``), else a throwaway
+    server's. It never writes to a database someone else uses."""
     if count < 30:
         raise awa.ConfigurationError("the demo needs at least 30 jobs")
-    client = build_client(url)
+    if server_url is None:
+        if keep:
+            raise awa.ConfigurationError(
+                "--keep keeps the demo's database on a server of yours: give --database-url"
+            )
+        print("awa demo on a throwaway PostgreSQL (deleted afterwards)")
+        return await _run_on(build_client(None), count)
+    name = scratch_name("awa_demo")
+    await create_database(server_url, name)
+    print(f"awa demo in database {name} on {describe_server(server_url)}, created for it")
+    try:
+        return await _run_on(build_client(with_database(server_url, name)), count)
+    finally:
+        if keep:
+            print(f"kept database {name} (drop it with: DROP DATABASE {name})")
+        else:
+            await drop_database(server_url, name)
+            print(f"dropped database {name} (--keep keeps it)")
+
+
+async def _run_on(client: awa.AsyncClient, count: int) -> int:
     tag = f"awa-demo-{uuid.uuid4().hex[:8]}"
     try:
         await client.migrate()
-        print(f"awa demo on {client.database_url or 'your pool'}")
         started = time.monotonic()
         expected = await enqueue(client, count, tag)
         print(

@@ -24,14 +24,29 @@ class ValidationError(AwaError, ValueError):
 class SchemaNotMigrated(AwaError):
     """The database schema is older than this version of awa needs."""
 
-    def __init__(self, found: int | None, needed: int) -> None:
+    def __init__(self, found: int | None, needed: int, database: str | None = None) -> None:
+        name = "the database" if database is None else f'database "{database}"'
         where = "has no awa schema" if found is None else f"is at awa schema version {found}"
         super().__init__(
-            f"the database {where}; this awa needs version {needed}. "
-            "Run `python -m awa migrate` or `await client.migrate()` first."
+            f"{name} {where}; this awa needs version {needed}. "
+            "Run `awa migrate` or `await client.migrate()` first."
         )
         self.found = found
         self.needed = needed
+        self.database = database
+
+
+class ConnectionFailed(AwaError, ConnectionError):
+    """awa could not open a connection to the database: the message names
+    the host, port, role and database, and the server's or the network's
+    reason (the password never appears)."""
+
+    def __init__(self, message: str, *, host: str, port: int, user: str, database: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.port = port
+        self.user = user
+        self.database = database
 
 
 class JobNotFound(AwaError, LookupError):

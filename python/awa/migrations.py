@@ -5,8 +5,10 @@ Overview: ``migrate`` creates the ``awa`` schema and its migration ledger if
 needed, then applies each missing migration in its own transaction and
 records it. Every one of those transactions first takes a transaction-level
 advisory lock and looks again at what is applied, so concurrent migrators
-queue up and the later ones find nothing left to do. No session state is
-used, so this works through a pooler in transaction mode too.
+queue up and the later ones find nothing left to do. Behind a pooler in
+transaction mode that is all; on a direct connection a session lock is also
+held across the whole run, so one migrator applies every missing migration
+and the others wait for it.
 """
 
 from __future__ import annotations
@@ -27,8 +29,24 @@ async def migrate(db: Database, connection: Any = None) -> list[int]:
     """Applies every missing migration; returns the versions applied now."""
     if connection is None:
         async with db.pool.acquire() as pooled:
-            return await _migrate(db, pooled)
-    return await _migrate(db, connection)
+            return await _migrate_serially(db, pooled)
+    return await _migrate_serially(db, connection)
+
+
+async def _migrate_serially(db: Database, connection: Any) -> list[int]:
+    # The per-migration transaction locks keep concurrent migrators correct
+    # everywhere; on a direct connection a session lock also keeps one
+    # migrator from taking turns with another, so "applied migrations [...]"
+    # names the whole set in one process instead of splitting it.
+    if db.pooler is not None:
+        return await _migrate(db, connection)
+    await db.execute("schema_migrations_lock_session", MIGRATION_LOCK_KEY, connection=connection)
+    try:
+        return await _migrate(db, connection)
+    finally:
+        await db.execute(
+            "schema_migrations_unlock_session", MIGRATION_LOCK_KEY, connection=connection
+        )
 
 
 async def _migrate(db: Database, connection: Any) -> list[int]:

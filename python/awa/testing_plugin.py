@@ -33,26 +33,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 import pytest_asyncio
 
 from awa.client import AsyncClient
+from awa.databases import create_database, drop_database, scratch_name, with_database
 from awa.testing import AwaTestClient
 
 __all__ = ["awa_client", "awa_database_url", "awa_test_client"]
 
 R = TypeVar("R")
 
-# Administrative statements of the test database's life; none takes user input
-# (database names are made here), and none belongs to awa's runtime queries.
-_CREATE_DATABASE: Final = 'CREATE DATABASE "{name}"'
-_DROP_DATABASE: Final = 'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
 _EMPTY_TABLES: Final = (
     "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY"
 )
@@ -68,13 +63,13 @@ def awa_database_url() -> Iterator[str]:
 
         server = EmbeddedPostgres(durable=False)
         server_url = str(server.start())
-    name = f"awa_test_{uuid.uuid4().hex[:12]}"
+    name = scratch_name("awa_test")
     try:
-        _run_in_thread(_create_database, server_url, name)
-        yield _with_database(server_url, name)
+        _run_in_thread(_create_migrated_database, server_url, name)
+        yield with_database(server_url, name)
     finally:
         try:
-            _run_in_thread(_drop_database, server_url, name)
+            _run_in_thread(drop_database, server_url, name)
         finally:
             if server is not None:
                 server.stop()
@@ -98,26 +93,10 @@ def awa_test_client(awa_client: AsyncClient) -> AwaTestClient:
     return AwaTestClient(awa_client)
 
 
-def _with_database(url: str, database: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
-
-
-async def _create_database(server_url: str, name: str) -> None:
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(_CREATE_DATABASE.format(name=name))
-    finally:
-        await admin.close()
-    async with AsyncClient(_with_database(server_url, name)) as client:
+async def _create_migrated_database(server_url: str, name: str) -> None:
+    await create_database(server_url, name)
+    async with AsyncClient(with_database(server_url, name)) as client:
         await client.migrate()
-
-
-async def _drop_database(server_url: str, name: str) -> None:
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(_DROP_DATABASE.format(name=name))
-    finally:
-        await admin.close()
 
 
 def _run_in_thread(function: Callable[..., Awaitable[R]], *args: Any) -> R:

@@ -11,6 +11,16 @@ CREATE TABLE IF NOT EXISTS awa.schema_migrations (
 -- Serialises migrators across processes until the transaction ends (waits).
 SELECT pg_advisory_xact_lock($1::bigint);
 
+-- name: schema_migrations_lock_session
+-- Direct connections only (a session lock is session state): holds the
+-- migrators' lock across every migration, so one process applies them all
+-- and the others, waiting, find nothing left to do.
+SELECT pg_advisory_lock($1::bigint);
+
+-- name: schema_migrations_unlock_session
+-- Releases schema_migrations_lock_session.
+SELECT pg_advisory_unlock($1::bigint);
+
 -- name: schema_migrations_is_applied
 -- Whether a migration version is already recorded.
 SELECT EXISTS (SELECT 1 FROM awa.schema_migrations WHERE version = $1) AS applied;
@@ -26,3 +36,7 @@ SELECT to_regclass('awa.schema_migrations') IS NOT NULL AS present;
 -- name: schema_migrations_latest
 -- The newest applied version, or NULL when none is.
 SELECT max(version) AS version FROM awa.schema_migrations;
+
+-- name: schema_migrations_database
+-- Which database a connection is on, for the message of a missing schema.
+SELECT current_database() AS name;
