@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from awa import log_format
 from awa.client import AsyncClient
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
@@ -34,10 +35,7 @@ EXIT_UNHEALTHY = 1
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if options.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_format.configure(logging.DEBUG if options.verbose else logging.INFO, options.log_format)
     try:
         return int(event_loop_runner(options.loop)(options.run(options)))
     except (AwaError, OSError, asyncpg.PostgresError) as error:
@@ -59,6 +57,12 @@ def _one_line(error: BaseException) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="awa", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines, or one JSON object per line with each job's fields",
+    )
     parser.add_argument(
         "--loop",
         choices=["auto", "asyncio", "uvloop"],

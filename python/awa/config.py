@@ -57,6 +57,8 @@ class WorkerConfig:
     #: those it holds, and gives back the difference (claims whose reply was
     #: lost); it also does so after any failed claim.
     reconcile_interval: float = 60.0
+    #: How often the worker logs a summary line (jobs/s, failures, queue lag).
+    report_interval: float = 60.0
     #: How long a handler may block the event loop before the process counts
     #: as hung: its heartbeats (sent from a thread of their own) stop and its
     #: jobs are rescued. Blocks past a second are logged either way.

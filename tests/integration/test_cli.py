@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from awa.cli import load_client, parse_queues
 from awa.errors import ConfigurationError
-from tests.support import eventually, states
+from tests.support import eventually, states, wait_for_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,3 +219,37 @@ async def test_an_app_that_raises_on_import_is_reported_with_its_line(tmp_path):
     assert code == 1
     assert "importing 'myapp.jobs' raised NameError" in err
     assert 'jobs.py", line 2' in err, err
+
+
+async def test_log_format_json_prints_one_object_per_line_with_the_jobs_fields(
+    client, conn, database_url, tmp_path
+):
+    (tmp_path / "json_app.py").write_text(
+        textwrap.dedent(f"""
+        import awa
+        client = awa.AsyncClient({database_url!r})
+
+        @client.task(dict, kind="json_job", queue="json")
+        async def json_job(job):
+            raise ValueError("broken on purpose")
+    """)
+    )
+    job = await client.insert({}, kind="json_job", queue="json", max_attempts=1)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "awa", "--log-format", "json", "worker",
+        "--app", "json_app:client", "--queue", "json=1",
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await wait_for_state(conn, job.id, "failed")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    entries = [json.loads(line) for line in err.decode().splitlines()]
+    [failure] = [entry for entry in entries if entry.get("job_id") == job.id]
+    assert failure["level"] == "ERROR" and failure["logger"] == "awa.worker"
+    assert (failure["kind"], failure["queue"], failure["attempt"]) == ("json_job", "json", 1)
+    assert failure["error_type"] == "ValueError"
+    assert "broken on purpose" in failure["message"]
+    assert any("started on" in entry["message"] for entry in entries)

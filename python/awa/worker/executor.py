@@ -35,6 +35,7 @@ from awa.tasks import Task
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
+from awa.worker.report import Reporter
 
 if TYPE_CHECKING:
     from awa.worker.claims import ClaimSignal
@@ -54,8 +55,10 @@ class Executor:
         claims: ClaimSignal,
         db: Database,
         threads: int,
+        reporter: Reporter,
     ) -> None:
         self._lifecycle = lifecycle
+        self._reporter = reporter
         self._registry = lifecycle.registry
         self._dispatcher = dispatcher
         self._completer = completer
@@ -98,6 +101,7 @@ class Executor:
             self._run(job, stage, task_def, budget_s), name=f"{JOB_TASK_PREFIX}{job.id}"
         )
         self._running[job.id] = (task, job)
+        self._reporter.started(job)
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
@@ -179,6 +183,7 @@ class Executor:
         else:
             decided = outcome.of_result(job, result, time.monotonic() - started)
         self._completer.record(job, decided)
+        self._reporter.finished(job, decided)
         self._finish(job)
 
     async def _call_handler(

@@ -22,6 +22,7 @@ from awa.worker.claims import ClaimSignal
 from awa.worker.completer import Completer
 from awa.worker.executor import Executor
 from awa.worker.producer import Producer
+from awa.worker.report import Reporter
 from awa.worker.supervisor import Health
 
 MAX_SYNC_THREADS = 64
@@ -34,6 +35,7 @@ class Pipeline:
     completer: Completer
     executor: Executor
     producer: Producer
+    reporter: Reporter
 
     @classmethod
     def build(
@@ -48,6 +50,7 @@ class Pipeline:
             list(config.queues), config.claim_batch_size, config.global_max_workers
         )
         claims = ClaimSignal(dispatcher)
+        reporter = Reporter()
         completer = Completer(
             db,
             lifecycle,
@@ -56,7 +59,7 @@ class Pipeline:
             flush_interval_s=config.flush_interval,
         )
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
-        executor = Executor(lifecycle, dispatcher, completer, claims, db, threads)
+        executor = Executor(lifecycle, dispatcher, completer, claims, db, threads, reporter)
         registry = lifecycle.registry
         producer = Producer(
             db,
@@ -77,4 +80,4 @@ class Pipeline:
             },
             queue_timeouts=config.queue_timeouts,
         )
-        return cls(dispatcher, claims, completer, executor, producer)
+        return cls(dispatcher, claims, completer, executor, producer, reporter)

@@ -102,17 +102,44 @@ class Worker:
         spawn("quarantine", lambda: self.control.watch_quarantine(self.db, self.health))
         spawn("leader", self.leader.run)
         spawn("health", self._watch_health)
+        spawn("report", self._report)
         for index in range(config.claim_concurrency):
             spawn(f"claimer-{index}", self.producer.claimer(index))
         self.heartbeat.start()
         self._started = True
+        await self._say_where(worker_id, hostname, pid)
+
+    async def _say_where(self, worker_id: int, hostname: str, pid: int) -> None:
+        """The start-up lines: where this worker is connected, what it
+        serves, and queues no registered task uses (a typo serves nothing)."""
+        config = self.config
+        server = await self.db.fetchrow("workers_server")
+        assert server is not None  # the query returns one row
+        version = await self.db.schema_version()
         log.info(
-            "worker %d started on %s pid %d: %s",
-            worker_id,
-            hostname,
-            pid,
-            ", ".join(f"{name}×{slots}" for name, slots in config.queues),
-        )
+            "worker %d started on %s pid %d, connected to %s:%s database %s as %s "
+            "(schema version %s); queues %s; at most %d jobs at once",
+            worker_id, hostname, pid, server["host"], server["port"], server["database"],
+            server["role"], version,
+            ", ".join(f"{name}={slots}" for name, slots in config.queues), config.total_slots,
+        )  # fmt: skip
+        used = {task.queue for task in self.registry.by_kind.values()}
+        for name, _ in config.queues:
+            if name not in used:
+                log.warning(
+                    "queue %r is served, but no registered task uses it (tasks use %s); "
+                    "jobs reach it only when inserted with queue=%r",
+                    name, ", ".join(sorted(used)), name,
+                )  # fmt: skip
+
+    async def _report(self) -> None:
+        """The periodic summary line."""
+        interval = self.config.report_interval
+        reporter = self.pipeline.reporter
+        while True:
+            await asyncio.sleep(interval)
+            running = len(self.executor.running_ids)
+            log.info("%s", reporter.summary(running, self.config.total_slots))
 
     def _leader(self, worker_id: int) -> Leader:
         config, db, health = self.config, self.db, self.health

@@ -23,3 +23,11 @@ WHERE heartbeat_at <= now() - $1::float8 * interval '1 second'
   AND NOT EXISTS (
       SELECT 1 FROM awa.jobs WHERE jobs.state = 'running' AND jobs.worker_id = workers.id
   );
+
+-- name: workers_server
+-- Where a worker is connected, for its start-up line (through a pooler: the
+-- server behind it).
+SELECT current_database() AS database,
+       coalesce(host(inet_server_addr()), 'local socket') AS host,
+       inet_server_port() AS port,
+       current_user AS role;

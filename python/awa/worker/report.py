@@ -1,0 +1,143 @@
+"""What a worker says about the jobs it runs: the log lines a user reads.
+
+Every attempt that fails gets a line with its kind, id, attempt count and
+exception; the traceback comes with the first failure of a kind in each
+window, and a kind failing in a storm is cut to a few lines per window with
+a count of the rest, so a retry storm cannot flood the log. Starts and
+successes are DEBUG lines. Every line carries ``job_id``, ``kind``,
+``queue`` and ``attempt`` as ``extra`` fields (``--log-format json`` prints
+them). :meth:`Reporter.summary` is the periodic INFO line: jobs per second,
+failures, and how long jobs waited past their ``run_at`` before they
+started (queue lag), per queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from awa.worker.attempt import RunningJob
+    from awa.worker.outcome import Outcome
+
+log = logging.getLogger("awa.worker")
+
+#: Failure lines per kind per window before the rest are only counted.
+FAILURE_LINES_PER_WINDOW: Final = 10
+FAILURE_WINDOW_S: Final = 60.0
+_FAILED_CODES: Final = frozenset({"failed", "failed_terminal"})
+
+
+def job_fields(job: RunningJob[Any]) -> dict[str, Any]:
+    """The ``extra`` fields every line about one job carries."""
+    return {"job_id": job.id, "kind": job.kind, "queue": job.queue, "attempt": job.attempt}
+
+
+@dataclass(slots=True)
+class _KindWindow:
+    """One kind's failure lines in the current window."""
+
+    opened_at: float
+    logged: int = 0
+    suppressed: int = 0
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What happened since the last summary."""
+
+    finished: int = 0
+    failed: int = 0
+    lag_total_s: dict[str, float] = field(default_factory=dict)
+    lag_max_s: dict[str, float] = field(default_factory=dict)
+    started: dict[str, int] = field(default_factory=dict)
+
+
+class Reporter:
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._windows: dict[str, _KindWindow] = {}
+        self._tally = _Tally()
+        self._tally_since = clock()
+
+    def started(self, job: RunningJob[Any]) -> None:
+        tally = self._tally
+        queue = job.queue
+        lag_s = _lag_s(job)
+        tally.started[queue] = tally.started.get(queue, 0) + 1
+        tally.lag_total_s[queue] = tally.lag_total_s.get(queue, 0.0) + lag_s
+        if lag_s > tally.lag_max_s.get(queue, 0.0):
+            tally.lag_max_s[queue] = lag_s
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %d (%s) started, attempt %d/%d",
+                job.id, job.kind, job.attempt, job.max_attempts,
+                extra=job_fields(job),
+            )  # fmt: skip
+
+    def finished(self, job: RunningJob[Any], outcome: Outcome) -> None:
+        self._tally.finished += 1
+        if outcome.code in _FAILED_CODES:
+            self._tally.failed += 1
+            self._failed(job, outcome)
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %d (%s) finished: %s in %.3fs",
+                job.id, job.kind, outcome.code, outcome.duration_s,
+                extra=job_fields(job),
+            )  # fmt: skip
+
+    def _failed(self, job: RunningJob[Any], outcome: Outcome) -> None:
+        now = self._clock()
+        window = self._windows.get(job.kind)
+        earlier = 0
+        if window is None or now - window.opened_at >= FAILURE_WINDOW_S:
+            earlier = window.suppressed if window is not None else 0
+            window = self._windows[job.kind] = _KindWindow(now)
+        if window.logged >= FAILURE_LINES_PER_WINDOW:
+            window.suppressed += 1
+            return
+        window.logged += 1
+        final = outcome.code == "failed_terminal" or job.attempt >= job.max_attempts
+        then = "no retries left" if final else "will retry"
+        if outcome.code == "failed_terminal":
+            then = "failed for good"
+        note = ""
+        if window.logged == FAILURE_LINES_PER_WINDOW:
+            note = f" (further {job.kind} failures in the next {FAILURE_WINDOW_S:g}s only counted)"
+        if earlier:
+            note += f" ({earlier} more {job.kind} failures were not logged)"
+        first = window.logged == 1 and outcome.traceback
+        log.log(
+            logging.ERROR if final else logging.WARNING,
+            "job %d (%s) attempt %d/%d failed, %s: %s%s%s",
+            job.id, job.kind, job.attempt, job.max_attempts, then, outcome.error_text, note,
+            f"\n{outcome.traceback.rstrip()}" if first and outcome.traceback else "",
+            extra={**job_fields(job), "error_type": outcome.error_type},
+        )  # fmt: skip
+
+    def summary(self, running: int, slots: int) -> str:
+        """The periodic line; starts a new tally."""
+        now = self._clock()
+        tally, self._tally = self._tally, _Tally()
+        elapsed = max(now - self._tally_since, 1e-9)
+        self._tally_since = now
+        lags = ", ".join(
+            f"{queue} {tally.lag_total_s[queue] / count:.2f}s avg, "
+            f"{tally.lag_max_s.get(queue, 0.0):.2f}s max"
+            for queue, count in sorted(tally.started.items())
+        )
+        return (
+            f"{tally.finished} jobs in the last {elapsed:.0f}s ({tally.finished / elapsed:.1f}/s), "
+            f"{tally.failed} failed, {running}/{slots} running"
+            + (f"; waited past run_at: {lags}" if lags else "")
+        )
+
+
+def _lag_s(job: RunningJob[Any]) -> float:
+    """How long the job waited between becoming due and starting."""
+    if job.attempted_at is None:
+        return 0.0
+    return max((job.attempted_at - job.run_at).total_seconds(), 0.0)
