@@ -44,15 +44,25 @@ class _KindWindow:
     suppressed: int = 0
 
 
+class _QueueTally:
+    """Jobs a queue started since the last summary, and how long they
+    waited past their ``run_at``."""
+
+    __slots__ = ("lag_max_s", "lag_total_s", "started")
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.lag_total_s = 0.0
+        self.lag_max_s = 0.0
+
+
 @dataclass(slots=True)
 class _Tally:
     """What happened since the last summary."""
 
     finished: int = 0
     failed: int = 0
-    lag_total_s: dict[str, float] = field(default_factory=dict)
-    lag_max_s: dict[str, float] = field(default_factory=dict)
-    started: dict[str, int] = field(default_factory=dict)
+    queues: dict[str, _QueueTally] = field(default_factory=dict)
 
 
 class Reporter:
@@ -63,13 +73,18 @@ class Reporter:
         self._tally_since = clock()
 
     def started(self, job: RunningJob[Any]) -> None:
-        tally = self._tally
-        queue = job.queue
-        lag_s = _lag_s(job)
-        tally.started[queue] = tally.started.get(queue, 0) + 1
-        tally.lag_total_s[queue] = tally.lag_total_s.get(queue, 0.0) + lag_s
-        if lag_s > tally.lag_max_s.get(queue, 0.0):
-            tally.lag_max_s[queue] = lag_s
+        queues = self._tally.queues
+        tally = queues.get(job.queue)
+        if tally is None:
+            tally = queues[job.queue] = _QueueTally()
+        tally.started += 1
+        attempted_at = job.attempted_at
+        if attempted_at is not None:
+            lag_s = (attempted_at - job.run_at).total_seconds()
+            if lag_s > 0.0:
+                tally.lag_total_s += lag_s
+                if lag_s > tally.lag_max_s:
+                    tally.lag_max_s = lag_s
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "job %d (%s) started, attempt %d/%d",
@@ -125,19 +140,11 @@ class Reporter:
         elapsed = max(now - self._tally_since, 1e-9)
         self._tally_since = now
         lags = ", ".join(
-            f"{queue} {tally.lag_total_s[queue] / count:.2f}s avg, "
-            f"{tally.lag_max_s.get(queue, 0.0):.2f}s max"
-            for queue, count in sorted(tally.started.items())
+            f"{name} {queue.lag_total_s / queue.started:.2f}s avg, {queue.lag_max_s:.2f}s max"
+            for name, queue in sorted(tally.queues.items())
         )
         return (
             f"{tally.finished} jobs in the last {elapsed:.0f}s ({tally.finished / elapsed:.1f}/s), "
             f"{tally.failed} failed, {running}/{slots} running"
             + (f"; waited past run_at: {lags}" if lags else "")
         )
-
-
-def _lag_s(job: RunningJob[Any]) -> float:
-    """How long the job waited between becoming due and starting."""
-    if job.attempted_at is None:
-        return 0.0
-    return max((job.attempted_at - job.run_at).total_seconds(), 0.0)
