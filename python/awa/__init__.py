@@ -18,6 +18,7 @@ from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORI
 from awa.config import WorkerConfig
 from awa.dead_letters import DeadLetter, DeadLetterReason
 from awa.errors import (
+    ArgsNotDecodable,
     AttemptLost,
     AttemptTimeout,
     AwaError,
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_MAX_CRASHES",
     "DEFAULT_PRIORITY",
     "DEFAULT_UNIQUE_STATES",
+    "ArgsNotDecodable",
     "AsyncClient",
     "AttemptLost",
     "AttemptTimeout",

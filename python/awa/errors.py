@@ -57,12 +57,21 @@ class JobNotFound(AwaError, LookupError):
         self.job_id = job_id
 
 
-class UnknownJobKind(AwaError):
-    """A worker claimed a job whose kind no task handles (recorded as a failed attempt)."""
-
-
 class TerminalError(AwaError):
     """Raise from a handler to fail the job now, without retries."""
+
+
+class UnknownJobKind(TerminalError):
+    """A worker claimed a job whose kind no task of it handles. The job fails
+    for good (a dead letter, ``terminal_error``): retrying would meet the same
+    worker code. Redrive it (``retry_from_dlq(kind=...)``) once workers that
+    handle the kind are deployed."""
+
+
+class ArgsNotDecodable(TerminalError):
+    """A claimed job's stored arguments do not validate as its task's
+    argument type (inserted by another release, or edited). The job fails for
+    good; fix the arguments or the model, then redrive it."""
 
 
 class ConfigurationError(AwaError, ValueError):

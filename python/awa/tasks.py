@@ -34,6 +34,9 @@ class Task:
     interrupt_on_cancel: bool = False
     #: Seconds an attempt may run (None: the queue's timeout, if any).
     timeout_s: float | None = None
+    #: Checks arguments given as plain Python values (a dict for a model)
+    #: at insert, as the handler will decode them; None for dict tasks.
+    check_args: Callable[[Any], Any] | None = None
 
 
 def derive_kind(name: str) -> str:
@@ -54,6 +57,15 @@ def decoder_for(args_type: Any) -> ArgsDecoder:
         return args_type.model_validate_json
     adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(args_type)
     return adapter.validate_json
+
+
+def _python_validator_for(args_type: Any) -> Callable[[Any], Any] | None:
+    if is_mapping_type(args_type):
+        return None
+    if isinstance(args_type, type) and issubclass(args_type, pydantic.BaseModel):
+        return args_type.model_validate
+    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(args_type)
+    return adapter.validate_python
 
 
 class Registry:
@@ -100,6 +112,7 @@ class Registry:
             decode_args=decoder_for(args_type),
             interrupt_on_cancel=interrupt_on_cancel,
             timeout_s=timeout_s,
+            check_args=_python_validator_for(args_type),
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):
@@ -139,7 +152,11 @@ class Registry:
 
     def resolve(self, args: Any, kind: str | None, queue: str | None) -> tuple[str, str]:
         """The kind and queue an insert uses: explicit values first, then the
-        task registered for the argument type, then the class name."""
+        task registered for the argument type, then the class name. Refuses,
+        before any SQL, what no worker of this client could run: arguments
+        that do not validate as the kind's registered type, and a derived
+        kind no task handles (unless this client registers no tasks at all:
+        a producer for another service's workers; or name the kind)."""
         if kind is None:
             task = self.for_args(args)
             if task is not None:
@@ -148,16 +165,50 @@ class Registry:
                 raise ValidationError("kind: is required when args is a dict", "kind")
             elif dataclasses.is_dataclass(args) or isinstance(args, pydantic.BaseModel):
                 kind = derive_kind(type(args).__name__)
+                if self.by_kind and kind not in self.by_kind:
+                    raise ValidationError(
+                        f"kind: no task is registered for {type(args).__name__} (kind "
+                        f"{kind!r}); register one with @client.task({type(args).__name__}), "
+                        "or pass kind= to insert jobs for another service's workers",
+                        "kind",
+                    )
             else:
                 raise ValidationError(
                     "args: must be a pydantic model, a dataclass or a dict "
                     f"(got {type(args).__name__})",
                     "args",
                 )
+        task = self.by_kind.get(kind)
+        if task is not None and task.check_args is not None and type(args) is not task.args_type:
+            _check_args(task, args)
         if queue is None:
-            task = self.by_kind.get(kind)
             queue = task.queue if task is not None else DEFAULT_QUEUE
         return kind, queue
+
+
+def _check_args(task: Task, args: Any) -> None:
+    """Validates arguments of another type (a dict, most often) as the
+    kind's registered type, as the worker will decode them."""
+    assert task.check_args is not None
+    value = args
+    if isinstance(args, pydantic.BaseModel):
+        value = args.model_dump(mode="json")
+    elif dataclasses.is_dataclass(args) and not isinstance(args, type):
+        value = dataclasses.asdict(args)
+    try:
+        task.check_args(value)
+    except pydantic.ValidationError as error:
+        problems = error.errors(include_url=False)
+        first = problems[0] if problems else {"loc": (), "msg": str(error)}
+        where = ".".join(str(part) for part in ("args", *first["loc"]))
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in ('args', *e['loc']))}: {e['msg']}" for e in problems
+        )
+        name = getattr(task.args_type, "__name__", repr(task.args_type))
+        raise ValidationError(
+            f"args: do not validate as {name}, the arguments of kind {task.kind!r}: {details}",
+            where,
+        ) from None
 
 
 def _check_name(field: str, value: Any) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import json
 import threading
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -174,22 +175,46 @@ async def test_sync_handler_exceptions_are_recorded(client, conn):
     assert json.loads(row["errors"])[0]["type"] == "KeyError"
 
 
-async def test_arguments_that_no_longer_validate_fail_the_attempt(client, conn):
-    client.task(Work)(lambda job: None)
-    job = await client.insert({"n": "not a number"}, kind="work")
-    await client.start([("default", 1)], **FAST_WORKER)
-    row = await wait_for_state(conn, job.id, "retryable")
-    await client.shutdown()
-    assert json.loads(row["errors"])[0]["type"] == "ValidationError"
+async def insert_unchecked(database_url: str, args: dict[str, Any], kind: str) -> int:
+    """A job as another release's producer inserts it: a client that
+    registers no tasks checks no arguments against this release's models."""
+    async with awa.AsyncClient(database_url) as producer:
+        return (await producer.insert(args, kind=kind)).id
 
 
-async def test_unknown_kinds_are_retried_not_lost(client, conn):
-    client.task(Work)(lambda job: None)
-    job = await client.insert({}, kind="from_a_newer_release")
+async def test_arguments_that_no_longer_validate_fail_for_good_and_can_be_redriven(
+    client, conn, database_url
+):
+    seen: list[int] = []
+    client.task(Work)(lambda job: seen.append(job.args.n))
+    job_id = await insert_unchecked(database_url, {"n": "not a number"}, "work")
     await client.start([("default", 1)], **FAST_WORKER)
-    row = await wait_for_state(conn, job.id, "retryable")
+    row = await wait_for_state(conn, job_id, "failed")
+    [entry] = json.loads(row["errors"])
+    assert entry["type"] == "ArgsNotDecodable" and entry["reason"] == "terminal_error"
+    assert "do not validate as Work" in entry["message"] and row["attempt"] == 1
+    await conn.execute("UPDATE awa.jobs SET args = '{\"n\": 3}' WHERE id = $1", job_id)
+    await client.retry_from_dlq([job_id])
+    await wait_for_state(conn, job_id, "completed")
     await client.shutdown()
-    assert json.loads(row["errors"])[0]["type"] == "UnknownJobKind"
+    assert seen == [3]
+
+
+async def test_an_unknown_kind_fails_for_good_and_is_redriven_once_a_worker_knows_it(
+    client, conn, database_url
+):
+    client.task(Work)(lambda job: None)
+    job_id = await insert_unchecked(database_url, {}, "from_a_newer_release")
+    await client.start([("default", 1)], **FAST_WORKER)
+    row = await wait_for_state(conn, job_id, "failed")
+    await client.shutdown()
+    [entry] = json.loads(row["errors"])
+    assert entry["type"] == "UnknownJobKind" and entry["reason"] == "terminal_error"
+    async with awa.AsyncClient(database_url) as newer:
+        newer.task(dict, kind="from_a_newer_release")(lambda job: None)
+        await newer.retry_from_dlq(kind="from_a_newer_release")
+        await newer.start([("default", 1)], **FAST_WORKER)
+        await wait_for_state(conn, job_id, "completed")
 
 
 async def test_a_handler_sees_its_typed_args_and_attempt(client, conn):

@@ -63,10 +63,44 @@ async def test_kind_comes_from_the_registered_task_or_the_class_name(client):
     registered = await client.insert(SendEmail(to="x"))
     assert (registered.kind, registered.queue) == ("send_email", "email")
     assert registered.args == SendEmail(to="x")
-    derived = await client.insert(SMTPEmail(to="y"))
-    assert (derived.kind, derived.queue) == ("smtp_email", "default")
     explicit = await client.insert({"a": 1}, kind="custom", queue="other")
     assert (explicit.kind, explicit.queue, explicit.args) == ("custom", "other", {"a": 1})
+    named = await client.insert(SMTPEmail(to="y"), kind="smtp_email")
+    assert (named.kind, named.queue) == ("smtp_email", "default")
+
+
+async def test_a_model_no_task_handles_is_refused_by_a_client_with_tasks(client):
+    @client.task(SendEmail, queue="email")
+    async def send(job):
+        return None
+
+    with pytest.raises(awa.ValidationError, match="no task is registered for SMTPEmail") as raised:
+        await client.insert(SMTPEmail(to="y"))
+    assert raised.value.field == "kind"
+    assert await client.count_by_state() == {}
+
+
+async def test_a_producer_without_tasks_derives_the_kind_from_the_class_name(database_url):
+    async with awa.AsyncClient(database_url) as producer:
+        derived = await producer.insert(SMTPEmail(to="y"))
+    assert (derived.kind, derived.queue) == ("smtp_email", "default")
+
+
+async def test_a_dict_for_a_registered_model_is_validated_before_sql(client):
+    @client.task(SendEmail, queue="email")
+    async def send(job):
+        return None
+
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.insert({"to": 5, "extra": 1}, kind="send_email")
+    assert raised.value.field == "args.to"
+    assert "do not validate as SendEmail, the arguments of kind 'send_email'" in str(raised.value)
+    assert "args.to: Input should be a valid string" in str(raised.value)
+    with pytest.raises(awa.ValidationError, match=r"args\.to"):
+        await client.insert_many([{"to": "a"}, {}], kind="send_email")
+    assert await client.count_by_state() == {}
+    good = await client.insert({"to": "z"}, kind="send_email")
+    assert good.args == SendEmail(to="z")
 
 
 async def test_dataclass_and_alias_arguments_round_trip(client):
@@ -343,7 +377,7 @@ async def insert_stamps(path: str, client: awa.AsyncClient, conn: asyncpg.Connec
         client.on_cancelled_enqueue_with(
             Trigger,
             lambda args, job, reason: awa.EnqueueRequest(
-                Stamp(n=args.n), queue="stamps", **options[args.n]
+                Stamp(n=args.n), kind="stamp", queue="stamps", **options[args.n]
             ),
         )
         for n in range(len(MOMENTS)):
@@ -354,7 +388,7 @@ async def insert_stamps(path: str, client: awa.AsyncClient, conn: asyncpg.Connec
         @client.task(Trigger, queue="triggers")
         async def stage(job: awa.Job[Trigger]) -> None:
             for args, opts in zip(jobs, options, strict=True):
-                job.enqueue_on_completion(args, queue="stamps", **opts)
+                job.enqueue_on_completion(args, kind="stamp", queue="stamps", **opts)
 
         trigger = await client.insert(Trigger(n=0), queue="triggers")
         await client.start([("triggers", 1)], **FAST_WORKER)

@@ -95,9 +95,11 @@ async def test_work_one_returns_after_the_hooks_it_dispatched_have_run(client):
 async def test_work_one_inserts_staged_and_spec_follow_ups_with_the_completion(client):
     @client.task(StageA)
     async def stage_a(job: awa.Job[StageA]) -> None:
-        job.enqueue_on_completion(StageB(item_id=job.args.item * 10), priority=1)
+        job.enqueue_on_completion(StageB(item_id=job.args.item * 10), kind="stage_b", priority=1)
 
-    client.on_completed_enqueue(StageA, lambda args, job: Audit(item=args.item))
+    client.on_completed_enqueue(
+        StageA, lambda args, job: awa.EnqueueRequest(Audit(item=args.item), kind="audit")
+    )
     await client.insert(StageA(item=4))
 
     result = await AwaTestClient(client).work_one()
@@ -150,7 +152,7 @@ def _raise(error: Exception) -> Any:
 
 def _swallow_staging_error(job: awa.Job[Any]) -> None:
     with contextlib.suppress(awa.StagingError):
-        job.enqueue_on_completion(StageB(item_id=1), priority=9)
+        job.enqueue_on_completion(StageB(item_id=1), kind="stage_b", priority=9)
 
 
 OUTCOMES = [
@@ -213,7 +215,7 @@ async def test_work_one_returns_none_when_no_job_is_available(client):
 
 async def test_work_one_with_a_kind_or_queue_leaves_other_jobs_untouched(client, conn):
     register_stage_a(client)
-    other = await client.insert(Other(note="more urgent"), priority=1)
+    other = await client.insert(Other(note="more urgent"), kind="other", priority=1)
     elsewhere = await client.insert(StageA(item=2), queue="elsewhere", priority=1)
     mine = await client.insert(StageA(item=1))
     test_client = AwaTestClient(client)

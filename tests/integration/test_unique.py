@@ -170,7 +170,7 @@ class Signup(BaseModel):
 async def test_a_durable_follow_up_with_unsafe_states_fails_its_trigger(client, conn):
     client.on_completed_enqueue_with(
         Signup,
-        lambda args, job: awa.EnqueueRequest(Report(account=args.user_id)).unique(
+        lambda args, job: awa.EnqueueRequest(Report(account=args.user_id), kind="report").unique(
             {"states": ["available", "scheduled"]}
         ),
     )
@@ -188,7 +188,9 @@ async def test_a_staged_follow_up_with_unsafe_states_is_a_staging_error(client, 
     @client.task(Signup)
     async def signup(job):
         try:
-            job.enqueue_on_completion(Report(account=1), unique_opts={"states": ["available"]})
+            job.enqueue_on_completion(
+                Report(account=1), kind="report", unique_opts={"states": ["available"]}
+            )
         except awa.StagingError as error:
             refused.append(error)
             raise

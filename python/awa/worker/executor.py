@@ -24,9 +24,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import pydantic
+
 from awa import _core
 from awa.db import Database
-from awa.errors import AttemptTimeout, UnknownJobKind
+from awa.errors import ArgsNotDecodable, AttemptTimeout, UnknownJobKind
 from awa.followups import FollowUpStage
 from awa.hooks import STARTED, Transition
 from awa.job import Job
@@ -194,7 +196,14 @@ class Executor:
                 f"no task handles kind {job.kind!r} in this worker "
                 f"(known: {sorted(self._registry.by_kind)})"
             )
-        job.args  # noqa: B018 - decode now: bad arguments are this attempt's failure
+        try:
+            job.args  # noqa: B018 - decode now: bad arguments fail the job, not the handler
+        except pydantic.ValidationError as error:
+            name = getattr(task_def.args_type, "__name__", repr(task_def.args_type))
+            raise ArgsNotDecodable(
+                f"the stored arguments do not validate as {name}: "
+                f"{error.error_count()} error(s): {_first_problem(error)}"
+            ) from None
         if task_def.is_async:
             if budget_s is None:
                 return await task_def.handler(job)
@@ -262,6 +271,14 @@ def _attempt_budget(row: Any, job: Job[Any], task_def: Task | None) -> float | N
     if deadline is not None and job.attempted_at is not None:
         return max((deadline - job.attempted_at).total_seconds(), 0.0)
     return None if task_def is None else task_def.timeout_s
+
+
+def _first_problem(error: pydantic.ValidationError) -> str:
+    problems = error.errors(include_url=False)
+    if not problems:
+        return str(error)
+    first = problems[0]
+    return f"{'.'.join(str(p) for p in ('args', *first['loc']))}: {first['msg']}"
 
 
 def _timeout_message(budget_s: float) -> str:
