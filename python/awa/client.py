@@ -14,7 +14,7 @@ import asyncpg
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine
 from awa.config import DEFAULT_MAX_WORKERS, positive_seconds, timeout_seconds, worker_config
-from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, open_pool
+from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, check_caller_connection, open_pool
 from awa.db import POOLER_MODES, Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
@@ -423,8 +423,12 @@ class AsyncClient:
     ) -> Job[Any]:
         """Inserts one job and returns it.
 
-        With ``connection`` (an asyncpg connection, typically inside your own
-        transaction) the job commits or rolls back with your data. Every
+        With ``connection`` (an asyncpg connection, or one from
+        ``pool.acquire()``, typically inside your own transaction) the job
+        commits or rolls back with your data; anything else (a pool, another
+        driver's connection) raises :class:`awa.ValidationError`, and a
+        connection outside a transaction is said once in the log (each
+        insert on it commits at once). Every
         limit is checked before any SQL: priority 1–4, max_attempts 1–1000,
         kind and queue 1–200 characters, at most 20 tags, no NUL characters,
         run_at within years 1–9999, args serializable to a JSON object;
@@ -444,6 +448,7 @@ class AsyncClient:
         :class:`awa.UniqueConflict` is raised, naming that job, and a
         caller's transaction stays usable.
         """
+        check_caller_connection(connection)
         rows = _core.InsertRows(1)
         add_job(
             rows,
@@ -513,6 +518,7 @@ class AsyncClient:
         ``unique_opts`` whose key is already held are skipped, so the list
         returned can be shorter than ``jobs``.
         """
+        check_caller_connection(connection)
         rows = self._rows(
             jobs,
             opts,
@@ -558,6 +564,7 @@ class AsyncClient:
         reading the rows back. Whether a job with ``run_at`` starts
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
+        check_caller_connection(connection)
         rows = self._rows(
             jobs,
             opts,
@@ -604,6 +611,7 @@ class AsyncClient:
         connection: asyncpg.Connection | None = None,
     ) -> int:
         """The fastest bulk insert: COPY, returning only how many jobs were written."""
+        check_caller_connection(connection)
         rows = self._rows(
             jobs,
             opts,

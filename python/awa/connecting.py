@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import os
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
-from awa.errors import ConfigurationError, ConnectionFailed
+from awa.errors import ConfigurationError, ConnectionFailed, ValidationError
+
+log = logging.getLogger("awa.client")
 
 #: How long a connection attempt may take before awa gives up, naming the host.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -83,3 +87,37 @@ def connect_failure(url: str, error: BaseException, timeout: float) -> Connectio
         user=user,
         database=database,
     )
+
+
+_warned_outside_transaction = False
+
+
+def check_caller_connection(connection: Any) -> None:
+    """Refuses, by name, what is not an asyncpg connection for ``connection=``
+    (a pool above all: the insert would not be in the caller's
+    transaction), and says once per process when the connection is not in a
+    transaction (each insert then commits at once)."""
+    global _warned_outside_transaction
+    if connection is None:
+        return
+    if isinstance(connection, asyncpg.Pool):
+        raise ValidationError(
+            "connection: an asyncpg Pool is not a connection, so the insert would not be "
+            "in your transaction; pass the connection you acquired "
+            "(async with pool.acquire() as connection, connection.transaction(): ...)",
+            "connection",
+        )
+    if not isinstance(connection, asyncpg.Connection | PoolConnectionProxy):
+        kind = f"{type(connection).__module__}.{type(connection).__qualname__}"
+        raise ValidationError(
+            f"connection: must be an asyncpg connection (asyncpg.Connection, or one from "
+            f"pool.acquire()), got {kind}; awa talks to PostgreSQL through asyncpg only",
+            "connection",
+        )
+    if not _warned_outside_transaction and not connection.is_in_transaction():
+        _warned_outside_transaction = True
+        log.warning(
+            "connection= is not in a transaction, so each insert on it commits at once; "
+            "wrap the inserts in `async with connection.transaction():` to enqueue "
+            "atomically with your own writes (said once per process)"
+        )
