@@ -14,7 +14,13 @@ await client.start([("email", 8)])
 from awa import events, metrics
 from awa.callback_policy import DefaultAction
 from awa.callbacks import CallbackResolution
-from awa.client import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, AsyncClient
+from awa.client import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_CRASHES,
+    DEFAULT_PRIORITY,
+    AsyncClient,
+    migrate,
+)
 from awa.config import WorkerConfig
 from awa.dead_letters import DeadLetter, DeadLetterReason
 from awa.errors import (
@@ -40,9 +46,10 @@ from awa.events import JobEvent, RescueReason
 from awa.followups import EnqueueRequest
 from awa.inserts import DEFAULT_UNIQUE_STATES, UniqueOpts
 from awa.job import Job, JobState
-from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.quarantine import QuarantinedFingerprint
 from awa.tasks import derive_kind
+from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
 
 __version__ = "0.1.0"
@@ -60,6 +67,7 @@ __all__ = [
     "CallbackNotFound",
     "CallbackNotResumable",
     "CallbackResolution",
+    "CallbackToken",
     "Cancel",
     "ConfigurationError",
     "ConnectionFailed",
@@ -81,6 +89,7 @@ __all__ = [
     "Snooze",
     "StagingError",
     "TerminalError",
+    "Transaction",
     "UniqueConflict",
     "UniqueOpts",
     "UnknownJobKind",
@@ -90,4 +99,5 @@ __all__ = [
     "derive_kind",
     "events",
     "metrics",
+    "migrate",
 ]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import asyncpg
@@ -30,8 +31,9 @@ from awa.inserts import (
 )
 from awa.job import Job, JobState
 from awa.lifecycle import Lifecycle
-from awa.migrations import migrate
+from awa.migrations import migrate as migrate_database
 from awa.tasks import Registry, Task, decoder_for
+from awa.transaction import Transaction
 from awa.worker import Worker
 
 log = logging.getLogger("awa.client")
@@ -43,7 +45,13 @@ T = TypeVar("T")
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 R = TypeVar("R")
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_MAX_CRASHES", "DEFAULT_PRIORITY", "AsyncClient"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_CRASHES",
+    "DEFAULT_PRIORITY",
+    "AsyncClient",
+    "migrate",
+]
 
 NO_DATABASE: Final = (
     "no database given: pass a URL (AsyncClient('postgresql://user@host/db')) or pool=, "
@@ -396,11 +404,22 @@ class AsyncClient:
             return None if self._embedded is None else str(self._embedded.url)
         return self._url or os.environ.get("AWA_DATABASE_URL")
 
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """A transaction on a connection of the client's pool, for inserts
+        that must commit together: ``async with client.transaction() as tx:
+        await tx.insert(...)``. Commits when the block ends, rolls back if it
+        raises; ``tx.connection`` runs your own SQL in it. With a connection
+        of your own, pass ``connection=`` to the inserts instead."""
+        db = await self._database()
+        async with db.pool.acquire() as connection, connection.transaction():
+            yield Transaction(self, connection)
+
     async def migrate(self) -> list[int]:
         """Brings the ``awa`` schema up to date; safe to run from many processes
         at once. Returns the migration versions applied by this call."""
         db = await self._database()
-        return await migrate(db)
+        return await migrate_database(db)
 
     # ── inserting ───────────────────────────────────────────────────────
 
@@ -852,13 +871,16 @@ class AsyncClient:
         self,
         callback_id: uuid.UUID | str,
         payload: Any = None,
-        default_action: str = "complete",
+        default_action: str = "ignore",
     ) -> callbacks.CallbackResolution:
         """Lets the callback's policy decide what ``payload`` means: the CEL
         expressions given to ``register_callback`` (``filter``, then
         ``on_fail``, then ``on_complete``; ``transform`` shapes what a
-        completion stores), else ``default_action`` (``"complete"``,
-        ``"fail"`` or ``"ignore"``, which leaves the job parked). Completes or
+        completion stores), else ``default_action`` (``"ignore"``, the
+        default, leaves the job parked: a payload no rule recognises does not
+        complete the job or fire its completion follow-ups; ``"complete"`` or
+        ``"fail"``; for a callback with no policy call
+        :meth:`complete_external` or pass ``default_action``). Completes or
         fails as :meth:`complete_external` / :meth:`fail_external` do, in one
         transaction with the follow-ups, and returns an
         :class:`awa.CallbackResolution`. A policy that cannot be evaluated
@@ -1031,3 +1053,13 @@ def _check_limit(limit: Any) -> None:
         raise ValidationError(
             f"limit: must be between 1 and {MAX_LIST_LIMIT} (got {limit!r})", "limit"
         )
+
+
+async def migrate(url: str | None = None, **client_options: Any) -> list[int]:
+    """Brings the ``awa`` schema of the database at ``url`` (default:
+    ``AWA_DATABASE_URL``) up to date and returns the versions applied; the
+    same as ``await AsyncClient(url, ...).migrate()`` on a client closed
+    afterwards. ``client_options`` are :class:`AsyncClient`'s (``pool=``,
+    ``connect_timeout=``, ``pooler=``)."""
+    async with AsyncClient(url, **client_options) as client:
+        return await client.migrate()

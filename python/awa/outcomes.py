@@ -49,16 +49,46 @@ class Cancel:
     reason: str = "cancelled by handler"
 
 
+class CallbackToken(uuid.UUID):
+    """What ``await job.register_callback()`` returns: the callback's id, as a
+    ``uuid.UUID`` (hand ``str(token)`` to the external system; every call
+    that takes a callback id takes the token), with ``.id`` as in awa-pg."""
+
+    __slots__ = ()
+
+    @property
+    def id(self) -> uuid.UUID:
+        return uuid.UUID(int=self.int)
+
+
 @dataclass(frozen=True, slots=True)
 class WaitForCallback:
     """Park the job in ``waiting_external`` until its callback is resolved
     (``client.complete_external`` and friends); frees the worker slot.
 
     ``callback_id`` is what ``await job.register_callback()`` returned in this
-    attempt.
+    attempt: the :class:`CallbackToken`, or its id as a ``UUID`` or string.
     """
 
     callback_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "callback_id", callback_uuid(self.callback_id))
+
+
+def callback_uuid(value: object) -> uuid.UUID:
+    """A callback id given as a token, a ``UUID`` or its string."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise ValidationError(
+        f"callback_id: must be what register_callback() returned, or its id (got {value!r})",
+        "callback_id",
+    )
 
 
 Outcome = RetryAfter | Snooze | Cancel | WaitForCallback | None

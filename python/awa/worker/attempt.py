@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from awa.config import positive_seconds
 from awa.errors import AwaError, StagingError
 from awa.job import _UNSET, ArgsDecoder, Job, fill, writable
+from awa.outcomes import CallbackToken, callback_uuid
 
 if TYPE_CHECKING:
     from awa.db import Database
@@ -91,9 +92,10 @@ class RunningJob(Job[T]):
         on_fail: str | None = None,
         on_complete: str | None = None,
         transform: str | None = None,
-    ) -> uuid.UUID:
+    ) -> CallbackToken:
         """Gives this attempt a callback id to hand to an external system, and
-        returns it; ``return awa.WaitForCallback(callback_id)`` then parks the
+        returns it as an :class:`awa.CallbackToken` (a ``uuid.UUID`` with
+        ``.id``); ``return awa.WaitForCallback(token)`` then parks the
         job until ``complete_external``, ``fail_external``,
         ``retry_external`` or ``resolve_callback`` resolves it (or
         ``await job.wait_for_callback(callback_id)`` waits in place for
@@ -125,7 +127,7 @@ class RunningJob(Job[T]):
             )
         _set(self, "callback_id", row["callback_id"])
         _set(self, "callback_timeout_at", row["callback_timeout_at"])
-        return row["callback_id"]  # type: ignore[no-any-return]
+        return CallbackToken(int=row["callback_id"].int)
 
     def is_cancelled(self) -> bool:
         """Whether this job was cancelled on request (``client.cancel``) while
@@ -134,7 +136,7 @@ class RunningJob(Job[T]):
         writes afterwards is applied."""
         return self._control is not None and self._control.is_cancelled(self.id)
 
-    async def wait_for_callback(self, callback_id: uuid.UUID) -> Any:
+    async def wait_for_callback(self, callback_id: uuid.UUID | str) -> Any:
         """Waits, inside the handler, until ``resume_external`` answers the
         callback this attempt registered, and returns its payload.
 
@@ -147,7 +149,8 @@ class RunningJob(Job[T]):
         passed); let it propagate.
         """
         db = self._require_db("wait_for_callback")
-        if callback_id is None or callback_id != self.callback_id:
+        callback_id = callback_uuid(callback_id)
+        if callback_id != self.callback_id:
             raise AwaError(
                 f"job {self.id}: wait_for_callback needs the callback id that "
                 "`await job.register_callback()` last gave this attempt"
