@@ -50,9 +50,10 @@ test: test-rust test-python ## Run the whole test suite (Rust core, then Python 
 test-rust: ## Unit tests of the pure Rust core
 	cargo test --quiet
 
+# No -q: pytest's header names the database the tests use (tests/conftest.py).
 test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included), then the acceptance tests through PgBouncer
-	$(BIN)/python -m pytest -q
-	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -q -m "not slow" tests/acceptance
+	$(BIN)/python -m pytest
+	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -m "not slow" tests/acceptance
 
 chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (docs/reliability.md); ~6 min
 	@mkdir -p target
