@@ -36,10 +36,12 @@ $(BIN)/maturin: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r $(VENV)/build-requires.txt
 	@touch $@
 
+# The backend pyproject.toml names wraps maturin's, so maturin's warning that
+# it is not `maturin` would mislead: silenced.
 wheel: $(BIN)/maturin ## The release wheel for this machine (abi3: CPython 3.11+) and the sdist, in target/dist (emptied first)
 	$(NEED_CARGO)
 	rm -rf $(DIST)
-	$(BIN)/maturin build --release --sdist --out $(DIST)
+	MATURIN_NO_MISSING_BUILD_BACKEND_WARNING=1 $(BIN)/maturin build --release --sdist --out $(DIST)
 	@ls -l $(DIST)
 
 pgbouncer: ## Install PgBouncer for the pooler tests where possible (root or sudo; else they skip)

@@ -25,6 +25,9 @@ import maturin
 
 # maturin reads it in every hook; its subprocesses inherit it.
 os.environ["MATURIN_NO_INSTALL_RUST"] = "1"
+# maturin warns that pip "will not use maturin" when build-backend is not
+# `maturin`; this backend is maturin's, so the warning would mislead.
+os.environ["MATURIN_NO_MISSING_BUILD_BACKEND_WARNING"] = "1"
 
 #: The PEP 517 hooks maturin provides (the optional ones only where it has them).
 HOOKS = (
