@@ -4,22 +4,45 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DIST   := target/dist
 SOURCES := pyproject.toml Cargo.toml Cargo.lock $(shell find rust -name '*.rs')
+RUST_VERSION := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+# Building the core needs cargo: without it, stop at once and say where to get it.
+NEED_CARGO = @command -v cargo >/dev/null 2>&1 || { echo "awa: building the Rust core needs Rust $(RUST_VERSION) or newer and no cargo is on PATH; install Rust with rustup (https://rustup.rs), then run make again" >&2; exit 1; }
 
 .DEFAULT_GOAL := help
-.PHONY: help install pgbouncer test test-rust test-python chaos lint format demo bench bench-peers clean
+.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format demo bench bench-peers clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): $(SOURCES)
+$(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "awa needs Python 3.11 or newer")'
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+
+# The build (maturin, release profile) is the long step: -v shows cargo's progress.
+$(STAMP): $(SOURCES) | $(BIN)/python
+	$(NEED_CARGO)
+	@echo "building awa into $(VENV) (the Rust core: a minute or two the first time)"
+	$(BIN)/python -m pip install -v --progress-bar off -e '.[test,lint]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and build awa into it (Rust core included)
+
+# maturin at the version pyproject.toml's [build-system] asks for (read from there).
+$(BIN)/maturin: pyproject.toml | $(BIN)/python
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' > $(VENV)/build-requires.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/build-requires.txt
+	@touch $@
+
+# The backend pyproject.toml names wraps maturin's, so maturin's warning that
+# it is not `maturin` would mislead: silenced.
+wheel: $(BIN)/maturin ## The release wheel for this machine (abi3: CPython 3.11+) and the sdist, in target/dist (emptied first)
+	$(NEED_CARGO)
+	rm -rf $(DIST)
+	MATURIN_NO_MISSING_BUILD_BACKEND_WARNING=1 $(BIN)/maturin build --release --sdist --out $(DIST)
+	@ls -l $(DIST)
 
 pgbouncer: ## Install PgBouncer for the pooler tests where possible (root or sudo; else they skip)
 	@sh tests/install-pgbouncer.sh
@@ -29,9 +52,10 @@ test: test-rust test-python ## Run the whole test suite (Rust core, then Python 
 test-rust: ## Unit tests of the pure Rust core
 	cargo test --quiet
 
+# No -q: pytest's header names the database the tests use (tests/conftest.py).
 test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included), then the acceptance tests through PgBouncer
-	$(BIN)/python -m pytest -q
-	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -q -m "not slow" tests/acceptance
+	$(BIN)/python -m pytest
+	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -m "not slow" tests/acceptance
 
 chaos: $(STAMP) pgbouncer ## Long form of the fault scenarios in tests/chaos (docs/reliability.md); ~6 min
 	@mkdir -p target
@@ -42,15 +66,15 @@ lint: $(STAMP) ## rustfmt, clippy, ruff, mypy and the .pyi stub check
 	cargo fmt --check
 	cargo clippy --quiet --all-targets -- -D warnings
 	cargo clippy --quiet --features python -- -D warnings
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches build_backend
+	$(BIN)/ruff format --check python tests benches build_backend
 	$(BIN)/mypy
 	$(BIN)/python -m mypy.stubtest awa._core
 
 format: $(STAMP) ## Format Rust and Python sources
 	cargo fmt
-	$(BIN)/ruff format python tests benches
-	$(BIN)/ruff check --fix python tests benches
+	$(BIN)/ruff format python tests benches build_backend
+	$(BIN)/ruff check --fix python tests benches build_backend
 
 demo: $(STAMP) ## Enqueue and work a few hundred real jobs, then print where they ended up
 	$(BIN)/python -m awa demo

@@ -8,14 +8,16 @@ own (``awa.embedded``) and stops it at the end. Nothing is mocked.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
 import asyncpg
 import pytest
 
 import awa
+from awa.connecting import target
 from awa.databases import create_database, drop_database, scratch_name, with_database
-from awa.embedded import EmbeddedPostgres
+from awa.embedded import EmbeddedPostgres, EmbeddedPostgresError, find_bindir
 from tests.faults import RestrictedRole, with_user
 from tests.pgbouncer import NOT_INSTALLED, PgBouncer, find_pgbouncer
 from tests.processes import LEDGER_DROP_SQL, LEDGER_SQL
@@ -37,6 +39,40 @@ def server_url() -> Iterator[str]:
         yield server.start()
     finally:
         server.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The header line of every run (``make test`` too) saying which database it uses."""
+    return [f"database: {describe_test_database(os.environ)}"]
+
+
+def describe_test_database(environ: Mapping[str, str]) -> str:
+    """Which PostgreSQL ``server_url`` gives the suite, never with a password."""
+    configured = environ.get("AWA_DATABASE_URL")
+    pooler = environ.get("AWA_TEST_POOLER")
+    through = f"; clients through PgBouncer ({pooler} pooling)" if pooler else ""
+    if configured:
+        host, port, user, database = target(configured)
+        return (
+            f"the AWA_DATABASE_URL server, {user}@{host}:{port}/{database} "
+            f"(the suite creates and drops an awa_test_* database there){through}"
+        )
+    try:
+        bindir = find_bindir()
+    except EmbeddedPostgresError as error:
+        return f"embedded throwaway PostgreSQL, unavailable: {error}"
+    try:
+        reported = subprocess.run(
+            [str(bindir / "postgres"), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as error:
+        reported = f"version unknown ({error})"
+    version = reported.removeprefix("postgres (PostgreSQL) ")
+    return f"embedded throwaway PostgreSQL {version} from {bindir}{through}"
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from awa import log_format
+from awa import __version__, log_format
 from awa.client import AsyncClient
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
@@ -56,6 +57,11 @@ def _one_line(error: BaseException) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="awa", description=__doc__)
+    try:
+        version = importlib.metadata.version("awa-queue")
+    except importlib.metadata.PackageNotFoundError:
+        version = f"{__version__} (source tree: awa-queue is not installed, so awa.__version__)"
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     parser.add_argument(
         "--log-format",
