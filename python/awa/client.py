@@ -8,7 +8,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 import asyncpg
 
@@ -28,11 +28,14 @@ from awa.inserts import (
     check_option_names,
     now_us,
 )
-from awa.job import Job, JobState
+from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
 from awa.migrations import migrate
-from awa.tasks import Registry, Task, decoder_for
+from awa.tasks import Registry, Task, args_type_name, decoder_for, same_args_type
 from awa.worker import Worker
+
+if TYPE_CHECKING:
+    from awa.worker.attempt import RunningJob
 
 log = logging.getLogger("awa.client")
 
@@ -40,7 +43,6 @@ log = logging.getLogger("awa.client")
 MAX_CANCEL_REASON_CHARS: Final = 2000
 
 T = TypeVar("T")
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 R = TypeVar("R")
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_MAX_CRASHES", "DEFAULT_PRIORITY", "AsyncClient"]
@@ -132,20 +134,23 @@ class AsyncClient:
 
     def task(
         self,
-        args_type: type[T] | Any,
+        args_type: type[T],
         *,
         kind: str | None = None,
         queue: str = "default",
         interrupt_on_cancel: bool = False,
         timeout: float | datetime.timedelta | None = None,
-    ) -> Callable[[HandlerT], HandlerT]:
+    ) -> Callable[[Callable[[RunningJob[T]], R]], Callable[[RunningJob[T]], R]]:
         """Registers the decorated function as the handler for a job kind.
 
         ``args_type`` is a pydantic model, a dataclass or ``dict``; the kind
         defaults to the class name in snake case (``SendEmail`` →
-        ``send_email``). The handler receives an :class:`awa.Job` whose
-        ``args`` is an instance of ``args_type``. ``async def`` handlers run
-        on the worker's event loop, plain ``def`` handlers in a thread pool.
+        ``send_email``). The handler receives an :class:`awa.RunningJob`
+        whose ``args`` is an instance of ``args_type``; annotate its
+        parameter ``awa.Job[SendEmail]`` or ``awa.RunningJob[SendEmail]``
+        (a type checker refuses a handler for other arguments). The
+        function is returned unchanged. ``async def`` handlers run on the
+        worker's event loop, plain ``def`` handlers in a thread pool.
 
         When a running job is cancelled (:meth:`cancel`), ``job.is_cancelled()``
         turns true; with ``interrupt_on_cancel=True`` an ``async def``
@@ -162,7 +167,7 @@ class AsyncClient:
             raise ConfigurationError("interrupt_on_cancel: must be True or False")
         timeout_s = timeout_seconds(timeout, "timeout")
 
-        def register(handler: HandlerT) -> HandlerT:
+        def register(handler: Callable[[RunningJob[T]], R]) -> Callable[[RunningJob[T]], R]:
             self._registry.register(
                 args_type,
                 handler,
@@ -406,7 +411,7 @@ class AsyncClient:
 
     async def insert(
         self,
-        args: Any,
+        args: T,
         *,
         kind: str | None = None,
         queue: str | None = None,
@@ -420,8 +425,10 @@ class AsyncClient:
         deadline: datetime.datetime | datetime.timedelta | None = None,
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> Job[Any]:
-        """Inserts one job and returns it.
+    ) -> Job[T]:
+        """Inserts one job and returns it, typed and decoded as ``args`` was
+        given: ``insert(SendEmail(...))`` gives a ``Job[SendEmail]`` (whether
+        or not this client has a task for the kind), a dict stays a dict.
 
         With ``connection`` (an asyncpg connection, typically inside your own
         transaction) the job commits or rolls back with your data. Every
@@ -485,11 +492,11 @@ class AsyncClient:
         if row is None:
             holder = await db.fetchval("jobs_unique_holder", unique_keys[0], connection=connection)
             raise UniqueConflict(holder)
-        return self._job(row)
+        return self._job(row, decode=self._registry.decoder(kinds[0], type(args)))
 
     async def insert_many(
         self,
-        jobs: Sequence[Any],
+        jobs: Sequence[T],
         *,
         kind: str | None = None,
         queue: str | None = None,
@@ -504,8 +511,11 @@ class AsyncClient:
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> list[Job[Any]]:
-        """Inserts many jobs in one statement and returns them in order.
+    ) -> list[Job[T]]:
+        """Inserts many jobs in one statement and returns them in order, each
+        decoded as its arguments were given (see :meth:`insert`; where one
+        batch gives a kind arguments of several types, that kind's jobs
+        decode as its task says, else as dicts).
 
         Keyword arguments apply to every job; ``opts[i]`` (a dict of the same
         keywords) overrides them for ``jobs[i]``. Validation is all or
@@ -513,7 +523,7 @@ class AsyncClient:
         ``unique_opts`` whose key is already held are skipped, so the list
         returned can be shorter than ``jobs``.
         """
-        rows = self._rows(
+        rows, decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -533,11 +543,11 @@ class AsyncClient:
         db = await self._database()
         await db.require_schema(connection)
         records = await db.fetch("jobs_insert_many", *rows.columns(), connection=connection)
-        return [self._job(record) for record in records]
+        return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
     async def insert_many_copy(
         self,
-        jobs: Sequence[Any],
+        jobs: Sequence[T],
         *,
         kind: str | None = None,
         queue: str | None = None,
@@ -551,14 +561,15 @@ class AsyncClient:
         deadline: datetime.datetime | datetime.timedelta | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> list[Job[Any]]:
-        """Like :meth:`insert_many` but writes with COPY, and returns the jobs.
+    ) -> list[Job[T]]:
+        """Like :meth:`insert_many` but writes with COPY, and returns the jobs
+        (typed and decoded as :meth:`insert_many` says).
 
         Use :meth:`enqueue_many_copy` when you only need the count: it skips
         reading the rows back. Whether a job with ``run_at`` starts
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
-        rows = self._rows(
+        rows, decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -577,12 +588,12 @@ class AsyncClient:
             return []
         db = await self._database()
 
-        async def write(conn: asyncpg.Connection) -> list[Job[Any]]:
+        async def write(conn: asyncpg.Connection) -> list[Job[T]]:
             await db.require_schema(conn)
             ids = [r["id"] for r in await db.fetch("jobs_reserve_ids", len(rows), connection=conn)]
             await self._copy(db, conn, rows, ids)
             records = await db.fetch("jobs_by_ids", ids, connection=conn)
-            return [self._job(record) for record in records]
+            return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
         return await self._in_transaction(db, connection, write)
 
@@ -604,7 +615,7 @@ class AsyncClient:
         connection: asyncpg.Connection | None = None,
     ) -> int:
         """The fastest bulk insert: COPY, returning only how many jobs were written."""
-        rows = self._rows(
+        rows, _decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -656,7 +667,10 @@ class AsyncClient:
         *,
         copy: bool = False,
         **defaults: Any,
-    ) -> Any:
+    ) -> tuple[Any, dict[str, ArgsDecoder | None]]:
+        """The jobs as :class:`awa._core.InsertRows`, and by kind how the rows
+        read back decode: as the one type of arguments given for the kind, or
+        ``None`` (as its task says) for a kind given several."""
         if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
             raise ValidationError("jobs: must be a list of job arguments", "jobs")
         if opts is not None and len(opts) != len(jobs):
@@ -664,6 +678,7 @@ class AsyncClient:
                 f"opts: needs one entry per job ({len(opts)} for {len(jobs)} jobs)", "opts"
             )
         rows = _core.InsertRows(len(jobs))
+        types_by_kind: dict[str, Any] = {}
         for index, args in enumerate(jobs):
             options = defaults
             override = opts[index] if opts is not None else None
@@ -676,12 +691,22 @@ class AsyncClient:
                     "insert unique jobs with insert_many",
                     f"opts[{index}].unique_opts",
                 )
-            add_job(rows, self._registry, args, batch=True, **options)
-        return rows
+            kind = add_job(rows, self._registry, args, batch=True, **options)
+            if types_by_kind.setdefault(kind, type(args)) is not type(args):
+                types_by_kind[kind] = None
+        decoders = {
+            kind: None if args_type is None else self._registry.decoder(kind, args_type)
+            for kind, args_type in types_by_kind.items()
+        }
+        return rows, decoders
 
-    def _job(self, row: Any, include_payload: bool = True) -> Job[Any]:
-        task = self._registry.by_kind.get(row["kind"])
-        decode = task.decode_args if task is not None else None
+    def _job(
+        self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
+    ) -> Job[Any]:
+        """A job from a row; its args decode with ``decode``, else as the
+        kind's task says (a dict for a kind without one)."""
+        if decode is None:
+            decode = self._decoder(row["kind"])
         return Job.from_record(row, decode, with_payload=include_payload)
 
     # ── the dead-letter queue ───────────────────────────────────────────
@@ -884,12 +909,33 @@ class AsyncClient:
 
     # ── inspection ──────────────────────────────────────────────────────
 
-    async def get_job(self, job_id: int, *, include_payload: bool = False) -> Job[Any]:
+    @overload
+    async def get_job(self, job_id: int, *, include_payload: bool = False) -> Job[Any]: ...
+
+    @overload
+    async def get_job(
+        self, job_id: int, *, args_type: type[T], include_payload: bool = False
+    ) -> Job[T]: ...
+
+    async def get_job(
+        self, job_id: int, *, args_type: Any = None, include_payload: bool = False
+    ) -> Job[Any]:
         """The job with this id; raises :class:`awa.JobNotFound` if there is none.
 
         Its ``args`` and ``metadata`` (which may hold personal data) are read
         only with ``include_payload=True``; without it, touching them raises
-        :class:`awa.PayloadOmitted`."""
+        :class:`awa.PayloadOmitted`.
+
+        With ``args_type`` (``get_job(id, args_type=SendEmail)``) the job is a
+        ``Job[SendEmail]``, and that is checked: if this client has a task for
+        the job's kind, it must take ``args_type``; with ``include_payload``
+        the args are decoded now and must decode as ``args_type`` (without a
+        task for the kind, that is the only check). Otherwise
+        :class:`awa.ValidationError` (field ``args_type``) is raised, naming
+        the job, its kind, the type asked for and the task's type or why the
+        args did not decode. Without ``args_type`` the job is a ``Job[Any]``
+        whose args decode, on first use, as the kind's task says (a dict for a
+        kind without a task)."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise ValidationError(f"job_id: must be an integer (got {job_id!r})", "job_id")
         _check_flag("include_payload", include_payload)
@@ -897,7 +943,32 @@ class AsyncClient:
         row = await db.fetchrow("jobs_get", job_id, include_payload)
         if row is None:
             raise JobNotFound(job_id)
-        return self._job(row, include_payload)
+        if args_type is None:
+            return self._job(row, include_payload)
+        return self._typed_job(row, args_type, include_payload)
+
+    def _typed_job(self, row: Any, args_type: Any, include_payload: bool) -> Job[Any]:
+        """The job of ``row`` with its args decoded as ``args_type``, or a
+        :class:`awa.ValidationError` saying why they are not of that type."""
+        kind, wanted = row["kind"], args_type_name(args_type)
+        task = self._registry.by_kind.get(kind)
+        if task is not None and not same_args_type(task.args_type, args_type):
+            raise ValidationError(
+                f"args_type: job {row['id']} is a {kind!r} job, whose task takes "
+                f"{args_type_name(task.args_type)}, not {wanted}",
+                "args_type",
+            )
+        job = self._job(row, include_payload, self._registry.decoder(kind, args_type))
+        if include_payload:
+            try:
+                job.args  # noqa: B018 - decoded now, so a mismatch is raised here
+            except (ValueError, TypeError) as error:  # pydantic's ValidationError is a ValueError
+                raise ValidationError(
+                    f"args_type: the args of job {row['id']} ({kind!r}) do not decode "
+                    f"as {wanted}: {error}",
+                    "args_type",
+                ) from error
+        return job
 
     async def list_jobs(
         self,
