@@ -408,7 +408,31 @@ class AsyncClient:
         return await migrate(db)
 
     # ── inserting ───────────────────────────────────────────────────────
+    #
+    # Each insert is typed by its arguments: Job[T] for a model or dataclass,
+    # Job[dict[str, Any]] for a dict (not the inferred dict[str, object] of a
+    # dict whose values differ in type, whose args could not be used).
 
+    @overload
+    async def insert(
+        self,
+        args: dict[str, Any],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Job[dict[str, Any]]: ...
+
+    @overload
     async def insert(
         self,
         args: T,
@@ -425,10 +449,29 @@ class AsyncClient:
         deadline: datetime.datetime | datetime.timedelta | None = None,
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> Job[T]:
+    ) -> Job[T]: ...
+
+    async def insert(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Job[Any]:
         """Inserts one job and returns it, typed and decoded as ``args`` was
         given: ``insert(SendEmail(...))`` gives a ``Job[SendEmail]`` (whether
-        or not this client has a task for the kind), a dict stays a dict.
+        or not this client has a task for the kind), a dict stays a dict
+        (``Job[dict[str, Any]]``).
 
         With ``connection`` (an asyncpg connection, typically inside your own
         transaction) the job commits or rolls back with your data. Every
@@ -494,6 +537,27 @@ class AsyncClient:
             raise UniqueConflict(holder)
         return self._job(row, decode=self._registry.decoder(kinds[0], type(args)))
 
+    @overload
+    async def insert_many(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[dict[str, Any]]]: ...
+
+    @overload
     async def insert_many(
         self,
         jobs: Sequence[T],
@@ -511,7 +575,26 @@ class AsyncClient:
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> list[Job[T]]:
+    ) -> list[Job[T]]: ...
+
+    async def insert_many(
+        self,
+        jobs: Sequence[Any],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[Any]]:
         """Inserts many jobs in one statement and returns them in order, each
         decoded as its arguments were given (see :meth:`insert`; where one
         batch gives a kind arguments of several types, that kind's jobs
@@ -545,6 +628,26 @@ class AsyncClient:
         records = await db.fetch("jobs_insert_many", *rows.columns(), connection=connection)
         return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
+    @overload
+    async def insert_many_copy(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[dict[str, Any]]]: ...
+
+    @overload
     async def insert_many_copy(
         self,
         jobs: Sequence[T],
@@ -561,7 +664,25 @@ class AsyncClient:
         deadline: datetime.datetime | datetime.timedelta | None = None,
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
-    ) -> list[Job[T]]:
+    ) -> list[Job[T]]: ...
+
+    async def insert_many_copy(
+        self,
+        jobs: Sequence[Any],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[Any]]:
         """Like :meth:`insert_many` but writes with COPY, and returns the jobs
         (typed and decoded as :meth:`insert_many` says).
 
@@ -588,7 +709,7 @@ class AsyncClient:
             return []
         db = await self._database()
 
-        async def write(conn: asyncpg.Connection) -> list[Job[T]]:
+        async def write(conn: asyncpg.Connection) -> list[Job[Any]]:
             await db.require_schema(conn)
             ids = [r["id"] for r in await db.fetch("jobs_reserve_ids", len(rows), connection=conn)]
             await self._copy(db, conn, rows, ids)

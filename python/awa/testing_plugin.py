@@ -111,7 +111,7 @@ def _require_asyncio_marker(request: pytest.FixtureRequest) -> None:
         pytest.fail(
             f"{test.nodeid} is an async test that pytest-asyncio does not run: in its "
             "strict mode (the default) mark it @pytest.mark.asyncio (a whole module: "
-            "pytestmark = pytest.mark.asyncio), or set asyncio_mode = \"auto\" in your "
+            'pytestmark = pytest.mark.asyncio), or set asyncio_mode = "auto" in your '
             "pytest configuration",
             pytrace=False,
         )
