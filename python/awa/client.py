@@ -149,8 +149,10 @@ class AsyncClient:
         whose ``args`` is an instance of ``args_type``; annotate its
         parameter ``awa.Job[SendEmail]`` or ``awa.RunningJob[SendEmail]``
         (a type checker refuses a handler for other arguments). The
-        function is returned unchanged. ``async def`` handlers run on the
-        worker's event loop, plain ``def`` handlers in a thread pool.
+        function itself is returned; type checkers see it as taking a
+        ``RunningJob[SendEmail]``, which is what a worker (and
+        :class:`awa.testing.HandlerJob`) passes. ``async def`` handlers run
+        on the worker's event loop, plain ``def`` handlers in a thread pool.
 
         When a running job is cancelled (:meth:`cancel`), ``job.is_cancelled()``
         turns true; with ``interrupt_on_cancel=True`` an ``async def``
