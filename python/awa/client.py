@@ -9,7 +9,7 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 import asyncpg
 
@@ -29,12 +29,15 @@ from awa.inserts import (
     check_option_names,
     now_us,
 )
-from awa.job import Job, JobState
+from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
 from awa.migrations import migrate as migrate_database
-from awa.tasks import Registry, Task, decoder_for
+from awa.tasks import Registry, Task, args_type_name, decoder_for, same_args_type
 from awa.transaction import Transaction
 from awa.worker import Worker
+
+if TYPE_CHECKING:
+    from awa.worker.attempt import RunningJob
 
 log = logging.getLogger("awa.client")
 
@@ -42,7 +45,6 @@ log = logging.getLogger("awa.client")
 MAX_CANCEL_REASON_CHARS: Final = 2000
 
 T = TypeVar("T")
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 R = TypeVar("R")
 
 __all__ = [
@@ -140,19 +142,24 @@ class AsyncClient:
 
     def task(
         self,
-        args_type: type[T] | Any,
+        args_type: type[T],
         *,
         kind: str | None = None,
         queue: str = "default",
         interrupt_on_cancel: bool = False,
         timeout: float | datetime.timedelta | None = None,
-    ) -> Callable[[HandlerT], HandlerT]:
+    ) -> Callable[[Callable[[RunningJob[T]], R]], Callable[[RunningJob[T]], R]]:
         """Registers the decorated function as the handler for a job kind.
 
         ``args_type`` is a pydantic model, a dataclass or ``dict``; the kind
         defaults to the class name in snake case (``SendEmail`` →
-        ``send_email``). The handler receives an :class:`awa.Job` whose
-        ``args`` is an instance of ``args_type``. ``async def`` handlers run
+        ``send_email``). The handler receives an :class:`awa.RunningJob`
+        whose ``args`` is an instance of ``args_type``; annotate its
+        parameter ``awa.Job[SendEmail]`` or ``awa.RunningJob[SendEmail]``
+        (a type checker refuses a handler for other arguments). The
+        function itself is returned; type checkers see it as taking a
+        ``RunningJob[SendEmail]``, which is what a worker (and
+        :class:`awa.testing.HandlerJob`) passes. ``async def`` handlers run
         on the worker's event loop, plain ``def`` handlers in a thread pool.
 
         When a running job is cancelled (:meth:`cancel`), ``job.is_cancelled()``
@@ -170,7 +177,7 @@ class AsyncClient:
             raise ConfigurationError("interrupt_on_cancel: must be True or False")
         timeout_s = timeout_seconds(timeout, "timeout")
 
-        def register(handler: HandlerT) -> HandlerT:
+        def register(handler: Callable[[RunningJob[T]], R]) -> Callable[[RunningJob[T]], R]:
             self._registry.register(
                 args_type,
                 handler,
@@ -422,6 +429,48 @@ class AsyncClient:
         return await migrate_database(db)
 
     # ── inserting ───────────────────────────────────────────────────────
+    #
+    # Each insert is typed by its arguments: Job[T] for a model or dataclass,
+    # Job[dict[str, Any]] for a dict (not the inferred dict[str, object] of a
+    # dict whose values differ in type, whose args could not be used).
+
+    @overload
+    async def insert(
+        self,
+        args: dict[str, Any],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Job[dict[str, Any]]: ...
+
+    @overload
+    async def insert(
+        self,
+        args: T,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Job[T]: ...
 
     async def insert(
         self,
@@ -440,7 +489,10 @@ class AsyncClient:
         unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> Job[Any]:
-        """Inserts one job and returns it.
+        """Inserts one job and returns it, typed and decoded as ``args`` was
+        given: ``insert(SendEmail(...))`` gives a ``Job[SendEmail]`` (whether
+        or not this client has a task for the kind), a dict stays a dict
+        (``Job[dict[str, Any]]``).
 
         With ``connection`` (an asyncpg connection, or one from
         ``pool.acquire()``, typically inside your own transaction) the job
@@ -509,7 +561,47 @@ class AsyncClient:
         if row is None:
             holder = await db.fetchval("jobs_unique_holder", unique_keys[0], connection=connection)
             raise UniqueConflict(holder)
-        return self._job(row)
+        return self._job(row, decode=self._registry.decoder(kinds[0], type(args)))
+
+    @overload
+    async def insert_many(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[dict[str, Any]]]: ...
+
+    @overload
+    async def insert_many(
+        self,
+        jobs: Sequence[T],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[T]]: ...
 
     async def insert_many(
         self,
@@ -529,7 +621,10 @@ class AsyncClient:
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> list[Job[Any]]:
-        """Inserts many jobs in one statement and returns them in order.
+        """Inserts many jobs in one statement and returns them in order, each
+        decoded as its arguments were given (see :meth:`insert`; where one
+        batch gives a kind arguments of several types, that kind's jobs
+        decode as its task says, else as dicts).
 
         Keyword arguments apply to every job; ``opts[i]`` (a dict of the same
         keywords) overrides them for ``jobs[i]``. Validation is all or
@@ -538,7 +633,7 @@ class AsyncClient:
         returned can be shorter than ``jobs``.
         """
         check_caller_connection(connection)
-        rows = self._rows(
+        rows, decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -558,7 +653,45 @@ class AsyncClient:
         db = await self._database()
         await db.require_schema(connection)
         records = await db.fetch("jobs_insert_many", *rows.columns(), connection=connection)
-        return [self._job(record) for record in records]
+        return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
+
+    @overload
+    async def insert_many_copy(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[dict[str, Any]]]: ...
+
+    @overload
+    async def insert_many_copy(
+        self,
+        jobs: Sequence[T],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
+        run_at: datetime.datetime | datetime.timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | datetime.timedelta | None = None,
+        deadline: datetime.datetime | datetime.timedelta | None = None,
+        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Job[T]]: ...
 
     async def insert_many_copy(
         self,
@@ -577,14 +710,15 @@ class AsyncClient:
         opts: Sequence[Mapping[str, Any] | None] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> list[Job[Any]]:
-        """Like :meth:`insert_many` but writes with COPY, and returns the jobs.
+        """Like :meth:`insert_many` but writes with COPY, and returns the jobs
+        (typed and decoded as :meth:`insert_many` says).
 
         Use :meth:`enqueue_many_copy` when you only need the count: it skips
         reading the rows back. Whether a job with ``run_at`` starts
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
         check_caller_connection(connection)
-        rows = self._rows(
+        rows, decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -608,7 +742,7 @@ class AsyncClient:
             ids = [r["id"] for r in await db.fetch("jobs_reserve_ids", len(rows), connection=conn)]
             await self._copy(db, conn, rows, ids)
             records = await db.fetch("jobs_by_ids", ids, connection=conn)
-            return [self._job(record) for record in records]
+            return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
         return await self._in_transaction(db, connection, write)
 
@@ -631,7 +765,7 @@ class AsyncClient:
     ) -> int:
         """The fastest bulk insert: COPY, returning only how many jobs were written."""
         check_caller_connection(connection)
-        rows = self._rows(
+        rows, _decoders = self._rows(
             jobs,
             opts,
             kind=kind,
@@ -683,7 +817,10 @@ class AsyncClient:
         *,
         copy: bool = False,
         **defaults: Any,
-    ) -> Any:
+    ) -> tuple[Any, dict[str, ArgsDecoder | None]]:
+        """The jobs as :class:`awa._core.InsertRows`, and by kind how the rows
+        read back decode: as the one type of arguments given for the kind, or
+        ``None`` (as its task says) for a kind given several."""
         if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
             raise ValidationError("jobs: must be a list of job arguments", "jobs")
         if opts is not None and len(opts) != len(jobs):
@@ -691,6 +828,7 @@ class AsyncClient:
                 f"opts: needs one entry per job ({len(opts)} for {len(jobs)} jobs)", "opts"
             )
         rows = _core.InsertRows(len(jobs))
+        types_by_kind: dict[str, Any] = {}
         for index, args in enumerate(jobs):
             options = defaults
             override = opts[index] if opts is not None else None
@@ -703,12 +841,22 @@ class AsyncClient:
                     "insert unique jobs with insert_many",
                     f"opts[{index}].unique_opts",
                 )
-            add_job(rows, self._registry, args, batch=True, **options)
-        return rows
+            kind = add_job(rows, self._registry, args, batch=True, **options)
+            if types_by_kind.setdefault(kind, type(args)) is not type(args):
+                types_by_kind[kind] = None
+        decoders = {
+            kind: None if args_type is None else self._registry.decoder(kind, args_type)
+            for kind, args_type in types_by_kind.items()
+        }
+        return rows, decoders
 
-    def _job(self, row: Any, include_payload: bool = True) -> Job[Any]:
-        task = self._registry.by_kind.get(row["kind"])
-        decode = task.decode_args if task is not None else None
+    def _job(
+        self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
+    ) -> Job[Any]:
+        """A job from a row; its args decode with ``decode``, else as the
+        kind's task says (a dict for a kind without one)."""
+        if decode is None:
+            decode = self._decoder(row["kind"])
         return Job.from_record(row, decode, with_payload=include_payload)
 
     # ── the dead-letter queue ───────────────────────────────────────────
@@ -914,12 +1062,33 @@ class AsyncClient:
 
     # ── inspection ──────────────────────────────────────────────────────
 
-    async def get_job(self, job_id: int, *, include_payload: bool = False) -> Job[Any]:
+    @overload
+    async def get_job(self, job_id: int, *, include_payload: bool = False) -> Job[Any]: ...
+
+    @overload
+    async def get_job(
+        self, job_id: int, *, args_type: type[T], include_payload: bool = False
+    ) -> Job[T]: ...
+
+    async def get_job(
+        self, job_id: int, *, args_type: Any = None, include_payload: bool = False
+    ) -> Job[Any]:
         """The job with this id; raises :class:`awa.JobNotFound` if there is none.
 
         Its ``args`` and ``metadata`` (which may hold personal data) are read
         only with ``include_payload=True``; without it, touching them raises
-        :class:`awa.PayloadOmitted`."""
+        :class:`awa.PayloadOmitted`.
+
+        With ``args_type`` (``get_job(id, args_type=SendEmail)``) the job is a
+        ``Job[SendEmail]``, and that is checked: if this client has a task for
+        the job's kind, it must take ``args_type``; with ``include_payload``
+        the args are decoded now and must decode as ``args_type`` (without a
+        task for the kind, that is the only check). Otherwise
+        :class:`awa.ValidationError` (field ``args_type``) is raised, naming
+        the job, its kind, the type asked for and the task's type or why the
+        args did not decode. Without ``args_type`` the job is a ``Job[Any]``
+        whose args decode, on first use, as the kind's task says (a dict for a
+        kind without a task)."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise ValidationError(f"job_id: must be an integer (got {job_id!r})", "job_id")
         _check_flag("include_payload", include_payload)
@@ -927,7 +1096,32 @@ class AsyncClient:
         row = await db.fetchrow("jobs_get", job_id, include_payload)
         if row is None:
             raise JobNotFound(job_id)
-        return self._job(row, include_payload)
+        if args_type is None:
+            return self._job(row, include_payload)
+        return self._typed_job(row, args_type, include_payload)
+
+    def _typed_job(self, row: Any, args_type: Any, include_payload: bool) -> Job[Any]:
+        """The job of ``row`` with its args decoded as ``args_type``, or a
+        :class:`awa.ValidationError` saying why they are not of that type."""
+        kind, wanted = row["kind"], args_type_name(args_type)
+        task = self._registry.by_kind.get(kind)
+        if task is not None and not same_args_type(task.args_type, args_type):
+            raise ValidationError(
+                f"args_type: job {row['id']} is a {kind!r} job, whose task takes "
+                f"{args_type_name(task.args_type)}, not {wanted}",
+                "args_type",
+            )
+        job = self._job(row, include_payload, self._registry.decoder(kind, args_type))
+        if include_payload:
+            try:
+                job.args  # noqa: B018 - decoded now, so a mismatch is raised here
+            except (ValueError, TypeError) as error:  # pydantic's ValidationError is a ValueError
+                raise ValidationError(
+                    f"args_type: the args of job {row['id']} ({kind!r}) do not decode "
+                    f"as {wanted}: {error}",
+                    "args_type",
+                ) from error
+        return job
 
     async def list_jobs(
         self,

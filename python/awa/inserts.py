@@ -145,8 +145,9 @@ def add_job(
     timeout: float | datetime.timedelta | None = None,
     deadline: datetime.datetime | datetime.timedelta | None = None,
     batch: bool = False,
-) -> None:
-    """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`)."""
+) -> str:
+    """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`);
+    returns its kind."""
     kind, queue = registry.resolve(args, kind, queue)
     if max_crashes == QUEUE_DEFAULT:
         max_crashes = registry.queue_max_crashes.get(queue, DEFAULT_MAX_CRASHES)
@@ -170,6 +171,7 @@ def add_job(
         now_us=now_us(),
         **limits,
     )
+    return kind
 
 
 def check_option_names(options: Iterable[str], where: str) -> None:

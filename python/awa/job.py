@@ -21,7 +21,9 @@ from awa.errors import PayloadOmitted
 if TYPE_CHECKING:
     from awa.attempts import AttemptRecord
 
-T = TypeVar("T")
+#: The type of a job's arguments. Covariant: a job is read-only, so a
+#: ``Job[SendEmail]`` is also a ``Job[BaseModel]`` (and a ``Job[object]``).
+T_co = TypeVar("T_co", covariant=True)
 
 
 class JobState(StrEnum):
@@ -101,7 +103,7 @@ def sealed(job: JobT, cls: type[JobT]) -> JobT:
     return job
 
 
-class Job(Generic[T]):
+class Job(Generic[T_co]):
     """One job as committed: what it is, where it stands, and its history.
 
     Read-only: a job from a query, an event or ``insert`` never changes; read
@@ -175,14 +177,14 @@ class Job(Generic[T]):
         fill(job, row, decode_args, with_payload)
         return sealed(job, cls)
 
-    def finished(self, row: Any) -> Job[T]:
+    def finished(self, row: Any) -> Job[T_co]:
         """This attempt's job as its outcome committed it: a new ``Job`` taking
         the columns ``jobs_finish_batch_observed`` returns (state, attempt,
         run_at when rescheduled, finalized_at, errors when appended,
         callback, tags) from ``row`` and the rest from this one. Arguments and
         metadata are decoded again from the stored text, so nothing a handler
         changed in its copy leaks into this one."""
-        job: Job[T] = writable(Job)
+        job: Job[T_co] = writable(Job)
         job.id = self.id
         job.run_lease = self.run_lease
         job.kind = self.kind
@@ -224,7 +226,7 @@ class Job(Generic[T]):
             raise PayloadOmitted(self.id)
 
     @property
-    def args(self) -> T:
+    def args(self) -> T_co:
         """The job's arguments, decoded into the task's argument type."""
         self._require_payload()
         if self._args is _UNSET:

@@ -4,6 +4,7 @@ arguments are decoded."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,22 @@ def _python_validator_for(args_type: Any) -> Callable[[Any], Any] | None:
         return args_type.model_validate
     adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(args_type)
     return adapter.validate_python
+
+
+def same_args_type(left: Any, right: Any) -> bool:
+    """Whether two argument types decode alike: the same type, or both
+    mappings (``dict``, ``dict[str, Any]``)."""
+    return left == right or (is_mapping_type(left) and is_mapping_type(right))
+
+
+def args_type_name(args_type: Any) -> str:
+    """An argument type as messages name it: ``SendEmail``, ``dict``."""
+    return args_type.__qualname__ if isinstance(args_type, type) else repr(args_type)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_decoder(args_type: Any) -> ArgsDecoder:
+    return decoder_for(args_type)
 
 
 class Registry:
@@ -135,6 +152,18 @@ class Registry:
                 f"{args_type!r} needs kind=…: a kind can only be derived from a class name"
             )
         return derive_kind(args_type.__name__)
+
+    def decoder(self, kind: str, args_type: Any) -> ArgsDecoder:
+        """How the arguments of a ``kind`` job decode into ``args_type``: the
+        kind's task's decoder when that task takes ``args_type``, else one for
+        ``args_type`` (made once per type: a dataclass's costs a schema)."""
+        task = self.by_kind.get(kind)
+        if task is not None and same_args_type(task.args_type, args_type):
+            return task.decode_args
+        try:
+            return _cached_decoder(args_type)
+        except TypeError:  # an unhashable type expression
+            return decoder_for(args_type)
 
     def for_args(self, args: Any) -> Task | None:
         """The task whose argument type ``args`` is an instance of, if exactly one."""

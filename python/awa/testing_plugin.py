@@ -5,7 +5,11 @@
 (A ``conftest.py`` below the top level cannot use ``pytest_plugins``; import
 the three fixtures into it instead.) The fixtures are kept apart from
 :mod:`awa.testing` so that module works without pytest. They need pytest and
-pytest-asyncio, and work in its strict and auto modes alike.
+pytest-asyncio, and work in its strict mode (the default: mark async tests
+``@pytest.mark.asyncio``) and its auto mode (``asyncio_mode = "auto"``) alike.
+An async test that uses them without the marker in strict mode fails at
+setup, saying so; pytest's own message for it ("async def functions are not
+natively supported", suggesting to install pytest-asyncio) misleads.
 
 - ``awa_database_url`` (session): a fresh, migrated database, dropped at the
   end of the session. It is created on the server ``AWA_DATABASE_URL`` points
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Final, TypeVar
@@ -76,8 +81,11 @@ def awa_database_url() -> Iterator[str]:
 
 
 @pytest_asyncio.fixture
-async def awa_client(awa_database_url: str) -> AsyncIterator[AsyncClient]:
+async def awa_client(
+    request: pytest.FixtureRequest, awa_database_url: str
+) -> AsyncIterator[AsyncClient]:
     """A client on the session's database, emptied for this test."""
+    _require_asyncio_marker(request)
     connection = await asyncpg.connect(awa_database_url)
     try:
         await connection.execute(_EMPTY_TABLES)
@@ -91,6 +99,22 @@ async def awa_client(awa_database_url: str) -> AsyncIterator[AsyncClient]:
 def awa_test_client(awa_client: AsyncClient) -> AwaTestClient:
     """An :class:`awa.testing.AwaTestClient` over ``awa_client``."""
     return AwaTestClient(awa_client)
+
+
+def _require_asyncio_marker(request: pytest.FixtureRequest) -> None:
+    """Fails the test's setup if it is an async test pytest-asyncio will not
+    run (strict mode, no ``asyncio`` marker; auto mode adds the marker)."""
+    test = request.node
+    if inspect.iscoroutinefunction(getattr(test, "obj", None)) and (
+        test.get_closest_marker("asyncio") is None
+    ):
+        pytest.fail(
+            f"{test.nodeid} is an async test that pytest-asyncio does not run: in its "
+            "strict mode (the default) mark it @pytest.mark.asyncio (a whole module: "
+            'pytestmark = pytest.mark.asyncio), or set asyncio_mode = "auto" in your '
+            "pytest configuration",
+            pytrace=False,
+        )
 
 
 async def _create_migrated_database(server_url: str, name: str) -> None:

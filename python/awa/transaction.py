@@ -24,14 +24,23 @@ class Transaction:
         self._client = client
         self.connection = connection
 
+    # The client's overloads cannot be told apart through **options, so each
+    # result is typed here as the client's general case.
     async def insert(self, args: Any, **options: Any) -> Job[Any]:
-        return await self._client.insert(args, connection=self.connection, **options)
+        job: Job[Any] = await self._client.insert(args, connection=self.connection, **options)
+        return job
 
     async def insert_many(self, jobs: Sequence[Any], **options: Any) -> list[Job[Any]]:
-        return await self._client.insert_many(jobs, connection=self.connection, **options)
+        inserted: list[Job[Any]] = await self._client.insert_many(
+            jobs, connection=self.connection, **options
+        )
+        return inserted
 
     async def insert_many_copy(self, jobs: Sequence[Any], **options: Any) -> list[Job[Any]]:
-        return await self._client.insert_many_copy(jobs, connection=self.connection, **options)
+        inserted: list[Job[Any]] = await self._client.insert_many_copy(
+            jobs, connection=self.connection, **options
+        )
+        return inserted
 
     async def enqueue_many_copy(self, jobs: Sequence[Any], **options: Any) -> int:
         return await self._client.enqueue_many_copy(jobs, connection=self.connection, **options)

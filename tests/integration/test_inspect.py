@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pydantic
 import pytest
 
 import awa
+
+
+class SendEmail(pydantic.BaseModel):
+    to: str
+
+
+@dataclasses.dataclass
+class Other:
+    note: str
 
 
 async def test_get_job_of_a_missing_id_raises_job_not_found(client):
@@ -65,3 +77,54 @@ async def test_inspection_leaves_args_and_metadata_out_unless_asked(client, conn
     assert listed.args == {"email": "a@b.c"}
     with pytest.raises(awa.ValidationError, match="include_payload"):
         await client.get_job(job.id, include_payload="yes")  # type: ignore[arg-type]
+
+
+async def test_get_job_with_args_type_decodes_the_args_as_that_type(client):
+    job = await client.insert({"to": "a@b.c"}, kind="send_email")
+    # No task for the kind: the args only need to decode as the type.
+    read = await client.get_job(job.id, args_type=SendEmail, include_payload=True)
+    assert read.args == SendEmail(to="a@b.c")
+
+    @client.task(SendEmail)
+    async def send(job: awa.Job[SendEmail]) -> None: ...
+
+    read = await client.get_job(job.id, args_type=SendEmail, include_payload=True)
+    assert read.args == SendEmail(to="a@b.c")
+    raw = await client.insert({"any": ["json"]}, kind="raw")
+    client.task(dict, kind="raw")(lambda job: None)
+    assert (await client.get_job(raw.id, args_type=dict, include_payload=True)).args == {
+        "any": ["json"]
+    }
+
+
+async def test_get_job_refuses_an_args_type_other_than_the_kinds_task(client):
+    @client.task(SendEmail)
+    async def send(job: awa.Job[SendEmail]) -> None: ...
+
+    job = await client.insert(SendEmail(to="a@b.c"))
+    for include_payload in (False, True):
+        with pytest.raises(awa.ValidationError) as raised:
+            await client.get_job(job.id, args_type=Other, include_payload=include_payload)
+        assert raised.value.field == "args_type"
+        assert str(raised.value) == (
+            f"args_type: job {job.id} is a 'send_email' job, whose task takes SendEmail, not Other"
+        )
+
+
+async def test_get_job_refuses_an_args_type_its_args_do_not_decode_as(client):
+    job = await client.insert(SendEmail(to="a@b.c"))  # no task registered for send_email
+
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.get_job(job.id, args_type=Other, include_payload=True)
+
+    assert raised.value.field == "args_type"
+    message = str(raised.value)
+    assert message.startswith(
+        f"args_type: the args of job {job.id} ('send_email') do not decode as Other: "
+    )
+    assert "note" in message  # pydantic's reason: the missing field
+    assert isinstance(raised.value.__cause__, pydantic.ValidationError)
+    # Without the payload nothing is decoded, so only the task check applies.
+    unread = await client.get_job(job.id, args_type=Other)
+    with pytest.raises(awa.PayloadOmitted):
+        unread.args  # noqa: B018

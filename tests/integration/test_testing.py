@@ -8,8 +8,10 @@ import asyncio
 import contextlib
 import datetime
 import os
+import re
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -335,10 +337,9 @@ filterwarnings = error
 """
 
 
-async def test_the_plugin_works_in_a_users_project_in_strict_mode(server_url, tmp_path):
-    (tmp_path / "pytest.ini").write_text(USER_INI)
-    (tmp_path / "conftest.py").write_text(USER_CONFTEST)
-    (tmp_path / "test_app.py").write_text(textwrap.dedent(USER_TESTS))
+async def run_pytest(directory: Path, server_url: str, *options: str) -> tuple[int, str]:
+    """Runs pytest in a user's project at ``directory``, on databases it
+    creates on ``server_url``; returns its exit code and report."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -346,12 +347,73 @@ async def test_the_plugin_works_in_a_users_project_in_strict_mode(server_url, tm
         "-q",
         "-p",
         "no:cacheprovider",
+        *options,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        cwd=tmp_path,
+        cwd=directory,
         env={**os.environ, "AWA_DATABASE_URL": server_url},
     )
     out, _ = await asyncio.wait_for(process.communicate(), 90)
-    report = out.decode()
-    assert process.returncode == 0, report
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_the_plugin_works_in_a_users_project_in_strict_mode(server_url, tmp_path):
+    (tmp_path / "pytest.ini").write_text(USER_INI)
+    (tmp_path / "conftest.py").write_text(USER_CONFTEST)
+    (tmp_path / "test_app.py").write_text(textwrap.dedent(USER_TESTS))
+    code, report = await run_pytest(tmp_path, server_url)
+    assert code == 0, report
     assert "2 passed" in report
+
+
+def docs_pytest_project() -> dict[str, str]:
+    """The project docs/testing.md sets up for the fixtures, file by file:
+    its ``# conftest.py`` and ``# test_ping.py`` blocks and its pytest
+    configuration (the TOML block), as pyproject.toml."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text("utf-8")
+    files = {}
+    for _indent, language, body in re.findall(
+        r"^( *)```(\w+)\n(.*?)^\1```", doc, flags=re.DOTALL | re.MULTILINE
+    ):
+        body = textwrap.dedent(body)
+        first_line = body.splitlines()[0]
+        if language == "toml" and first_line == "[tool.pytest.ini_options]":
+            files["pyproject.toml"] = body
+        elif language == "python" and first_line in ("# conftest.py", "# test_ping.py"):
+            files[first_line.removeprefix("# ")] = body
+    assert sorted(files) == ["conftest.py", "pyproject.toml", "test_ping.py"]
+    return files
+
+
+@pytest.mark.parametrize("mode", ["strict", "auto"])
+async def test_the_testing_docs_pytest_example_passes(server_url, tmp_path, mode):
+    for name, text in docs_pytest_project().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    code, report = await run_pytest(
+        tmp_path, server_url, "-o", f"asyncio_mode={mode}", "-W", "error"
+    )
+    assert code == 0, report
+    assert "1 passed" in report
+
+
+async def test_an_unmarked_async_test_in_strict_mode_is_told_what_to_configure(
+    server_url, tmp_path
+):
+    files = docs_pytest_project()
+    unmarked = files["test_ping.py"].replace("@pytest.mark.asyncio", "")
+    assert unmarked != files["test_ping.py"]
+    (tmp_path / "pyproject.toml").write_text(files["pyproject.toml"], encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(files["conftest.py"], encoding="utf-8")
+    (tmp_path / "test_ping.py").write_text(unmarked, encoding="utf-8")
+
+    code, report = await run_pytest(tmp_path, server_url, "-o", "asyncio_mode=strict")
+
+    assert code == 1, report
+    assert "1 error" in report
+    assert (
+        "test_ping.py::test_ping is an async test that pytest-asyncio does not run: in its "
+        "strict mode (the default) mark it @pytest.mark.asyncio (a whole module: "
+        'pytestmark = pytest.mark.asyncio), or set asyncio_mode = "auto"'
+    ) in report
+    assert "not natively supported" not in report

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from awa.followups import FollowUpStage
     from awa.worker.control import JobControl
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 _set = object.__setattr__
 
 
-class RunningJob(Job[T]):
+class RunningJob(Job[T_co]):
     """A job while a handler runs it: the claimed row plus the attempt's
     capabilities (:meth:`enqueue_on_completion`, :meth:`register_callback`,
     :meth:`wait_for_callback`, :meth:`is_cancelled`)."""
