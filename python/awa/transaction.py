@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 if TYPE_CHECKING:
-    from awa.client import AsyncClient
     from awa.job import Job
 
 
@@ -20,7 +19,8 @@ class Transaction:
     your own SQL in the same transaction. Each method takes the keyword
     arguments of the client's method of the same name but ``connection``."""
 
-    def __init__(self, client: AsyncClient, connection: asyncpg.Connection) -> None:
+    def __init__(self, client: Any, connection: asyncpg.Connection) -> None:
+        # The AsyncClient that opened it (not imported: awa.client imports this).
         self._client = client
         self.connection = connection
 
@@ -43,4 +43,7 @@ class Transaction:
         return inserted
 
     async def enqueue_many_copy(self, jobs: Sequence[Any], **options: Any) -> int:
-        return await self._client.enqueue_many_copy(jobs, connection=self.connection, **options)
+        count: int = await self._client.enqueue_many_copy(
+            jobs, connection=self.connection, **options
+        )
+        return count
