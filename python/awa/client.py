@@ -536,6 +536,7 @@ class AsyncClient:
             timeout=timeout,
             deadline=deadline,
             unique_opts=unique_opts,
+            require_task=True,
         )
         (kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas,
          unique_keys, unique_states, timeouts, deadlines) = rows.columns()  # fmt: skip
@@ -841,7 +842,7 @@ class AsyncClient:
                     "insert unique jobs with insert_many",
                     f"opts[{index}].unique_opts",
                 )
-            kind = add_job(rows, self._registry, args, batch=True, **options)
+            kind = add_job(rows, self._registry, args, batch=True, require_task=True, **options)
             if types_by_kind.setdefault(kind, type(args)) is not type(args):
                 types_by_kind[kind] = None
         decoders = {

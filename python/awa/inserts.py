@@ -145,10 +145,11 @@ def add_job(
     timeout: float | datetime.timedelta | None = None,
     deadline: datetime.datetime | datetime.timedelta | None = None,
     batch: bool = False,
+    require_task: bool = False,
 ) -> str:
     """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`);
     returns its kind."""
-    kind, queue = registry.resolve(args, kind, queue)
+    kind, queue = registry.resolve(args, kind, queue, require_task=require_task)
     if max_crashes == QUEUE_DEFAULT:
         max_crashes = registry.queue_max_crashes.get(queue, DEFAULT_MAX_CRASHES)
     limits = {}

@@ -179,13 +179,18 @@ class Registry:
             )
         self.queue_max_crashes[queue] = max_crashes
 
-    def resolve(self, args: Any, kind: str | None, queue: str | None) -> tuple[str, str]:
+    def resolve(
+        self, args: Any, kind: str | None, queue: str | None, *, require_task: bool = False
+    ) -> tuple[str, str]:
         """The kind and queue an insert uses: explicit values first, then the
         task registered for the argument type, then the class name. Refuses,
-        before any SQL, what no worker of this client could run: arguments
-        that do not validate as the kind's registered type, and a derived
-        kind no task handles (unless this client registers no tasks at all:
-        a producer for another service's workers; or name the kind)."""
+        before any SQL, what no worker could run: arguments that do not
+        validate as the kind's registered type, and, with ``require_task``
+        (the client's own inserts), a derived kind no task handles unless
+        this client registers no tasks at all (a producer for another
+        service's workers; or name the kind). Follow-ups are exempt from the
+        latter: they often feed a stage other workers run, and refusing one
+        would fail the handler that staged it."""
         if kind is None:
             task = self.for_args(args)
             if task is not None:
@@ -194,7 +199,7 @@ class Registry:
                 raise ValidationError("kind: is required when args is a dict", "kind")
             elif dataclasses.is_dataclass(args) or isinstance(args, pydantic.BaseModel):
                 kind = derive_kind(type(args).__name__)
-                if self.by_kind and kind not in self.by_kind:
+                if require_task and self.by_kind and kind not in self.by_kind:
                     raise ValidationError(
                         f"kind: no task is registered for {type(args).__name__} (kind "
                         f"{kind!r}); register one with @client.task({type(args).__name__}), "

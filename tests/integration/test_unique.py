@@ -88,7 +88,7 @@ async def test_insert_many_skips_duplicates_and_returns_what_it_inserted(client,
         [Report(account=1), Report(account=2), Report(account=2), Report(account=3)],
         unique_opts={},
     )
-    assert sorted(job.args["account"] for job in jobs) == [2, 3]
+    assert sorted(job.args.account for job in jobs) == [2, 3]
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 3
 
 
