@@ -27,6 +27,9 @@ async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn
         held = [await pool.acquire() for _ in range(pool.get_max_size())]
         try:
             for connection in held:
+                # Not jit, which the claimer also turns off (and the same reset
+                # restores): asyncpg itself sets it off and back around its type
+                # introspection, and leaves it off when that is interrupted.
                 set_by = await connection.fetch(
                     "SELECT name FROM pg_settings WHERE source = 'session' "
                     "AND name IN ('synchronous_commit', 'plan_cache_mode')"

@@ -470,3 +470,16 @@ async def test_redrive_continues_after_the_last_id_it_examined(conn):
     assert (row["ids"], row["examined"], row["last_id"]) == (letters[2:], 1, letters[2])
     row = await redrive(conn, limit=2, after=letters[2])
     assert (row["ids"], row["examined"], row["last_id"]) == ([], 0, None)
+
+
+async def test_a_claimer_session_plans_once_and_never_compiles(database_url):
+    """A generic claim plan cannot see how many rows a claim wants, so on a
+    large table its cost passes jit_above_cost; with JIT on, every claim of
+    a 3 M-job backlog compiled for ~60 ms (1 200 jobs/s instead of 12 000)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(Q("jobs_claim_prepare_session"))
+        assert await connection.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+        assert await connection.fetchval("SHOW jit") == "off"
+    finally:
+        await connection.close()
