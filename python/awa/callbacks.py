@@ -34,19 +34,9 @@ from awa.errors import CallbackNotFound, CallbackNotResumable, ValidationError
 from awa.hooks import COMPLETED, EXHAUSTED, RETRIED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
+from awa.outcomes import callback_uuid
 
 RETRIED_BY_CALLBACK = "retried by an external callback"
-
-
-def callback_uuid(callback_id: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(callback_id, uuid.UUID):
-        return callback_id
-    if isinstance(callback_id, str):
-        try:
-            return uuid.UUID(callback_id)
-        except ValueError:
-            pass
-    raise ValidationError(f"callback_id: must be a UUID (got {callback_id!r})", "callback_id")
 
 
 async def complete(
