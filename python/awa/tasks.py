@@ -232,17 +232,23 @@ def _check_args(task: Task, args: Any) -> None:
     try:
         task.check_args(value)
     except pydantic.ValidationError as error:
-        problems = error.errors(include_url=False)
-        first = problems[0] if problems else {"loc": (), "msg": str(error)}
-        where = ".".join(str(part) for part in ("args", *first["loc"]))
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in ('args', *e['loc']))}: {e['msg']}" for e in problems
-        )
-        name = getattr(task.args_type, "__name__", repr(task.args_type))
+        problems = args_problems(error)
+        details = "; ".join(f"{where}: {message}" for where, message in problems)
         raise ValidationError(
-            f"args: do not validate as {name}, the arguments of kind {task.kind!r}: {details}",
-            where,
+            f"args: do not validate as {args_type_name(task.args_type)}, the arguments of "
+            f"kind {task.kind!r}: {details}",
+            problems[0][0],
         ) from None
+
+
+def args_problems(error: pydantic.ValidationError) -> list[tuple[str, str]]:
+    """Each of pydantic's complaints about job arguments as (``args.<path>``,
+    message); at least one."""
+    problems = [
+        (".".join(str(part) for part in ("args", *e["loc"])), e["msg"])
+        for e in error.errors(include_url=False)
+    ]
+    return problems or [("args", str(error))]
 
 
 def _check_name(field: str, value: Any) -> None:

@@ -33,7 +33,7 @@ from awa.followups import FollowUpStage
 from awa.hooks import STARTED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
-from awa.tasks import Task
+from awa.tasks import Task, args_problems, args_type_name
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
@@ -199,10 +199,10 @@ class Executor:
         try:
             job.args  # noqa: B018 - decode now: bad arguments fail the job, not the handler
         except pydantic.ValidationError as error:
-            name = getattr(task_def.args_type, "__name__", repr(task_def.args_type))
+            where, message = args_problems(error)[0]
             raise ArgsNotDecodable(
-                f"the stored arguments do not validate as {name}: "
-                f"{error.error_count()} error(s): {_first_problem(error)}"
+                f"the stored arguments do not validate as {args_type_name(task_def.args_type)}: "
+                f"{error.error_count()} error(s): {where}: {message}"
             ) from None
         if task_def.is_async:
             if budget_s is None:
@@ -271,14 +271,6 @@ def _attempt_budget(row: Any, job: Job[Any], task_def: Task | None) -> float | N
     if deadline is not None and job.attempted_at is not None:
         return max((deadline - job.attempted_at).total_seconds(), 0.0)
     return None if task_def is None else task_def.timeout_s
-
-
-def _first_problem(error: pydantic.ValidationError) -> str:
-    problems = error.errors(include_url=False)
-    if not problems:
-        return str(error)
-    first = problems[0]
-    return f"{'.'.join(str(p) for p in ('args', *first['loc']))}: {first['msg']}"
 
 
 def _timeout_message(budget_s: float) -> str:
