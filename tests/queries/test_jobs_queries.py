@@ -258,6 +258,22 @@ async def test_orphaned_finds_running_jobs_of_silent_or_missing_workers(conn):
     assert a["id"] not in {row["id"] for row in orphans}
 
 
+async def test_orphaned_leaves_attempts_past_their_deadline_to_the_deadline_step(conn):
+    # A pass expires attempts first, then looks for orphans: an attempt that
+    # went past its deadline between the two must not be rescued as a crash.
+    await insert_available(conn, 2)
+    [timed_out] = await claim(conn, ["q"], [1], 999_999)
+    [crashed] = await claim(conn, ["q"], [1], 999_999)
+    await conn.execute(
+        "UPDATE awa.jobs SET attempt_deadline_at = now() - interval '2 minutes' WHERE id = $1",
+        timed_out["id"],
+    )
+    orphans = await conn.fetch(Q("jobs_orphaned"), 60.0, 100)
+    assert [row["id"] for row in orphans] == [crashed["id"]]
+    expired = await conn.fetch(Q("jobs_attempts_expired"), 60.0, 100)
+    assert [row["id"] for row in expired] == [timed_out["id"]]
+
+
 async def test_rescue_counts_a_crash_and_is_guarded(conn):
     worker = await register_worker(conn)
     await insert_available(conn, 2)

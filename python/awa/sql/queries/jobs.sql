@@ -819,9 +819,15 @@ WHERE state IN ('scheduled', 'retryable')
 
 -- name: jobs_orphaned
 -- Running jobs whose worker is gone or has not heartbeated for $1 seconds.
+-- Attempts more than $1 seconds past their deadline belong to
+-- jobs_attempts_expired (a timed-out attempt, not a crash): the two sets are
+-- disjoint, so one that crosses its deadline during a pass is rescued by the
+-- next pass's deadline step, never as a crash.
 SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes
 FROM awa.jobs AS jobs
 WHERE jobs.state = 'running'
+  AND (jobs.attempt_deadline_at IS NULL
+       OR jobs.attempt_deadline_at >= now() - $1::float8 * interval '1 second')
   AND NOT EXISTS (
       SELECT 1 FROM awa.workers
       WHERE workers.id = jobs.worker_id
