@@ -200,6 +200,18 @@ fn has_digit_run_over(text: &str, limit: usize) -> bool {
 }
 
 /// Whether `json` is one valid JSON document (`NaN`, for one, is not).
+/// The JSON type a value encodes to, for "must be an object" messages.
+pub fn type_name(json: &str) -> &'static str {
+    match json.as_bytes().first() {
+        Some(b'{') => "object",
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    }
+}
+
 pub fn is_valid(json: &str) -> bool {
     let mut scanner = Scanner {
         stop_at_nul: false,

@@ -5,6 +5,7 @@
 
 pub mod completion;
 pub mod dispatch;
+pub mod insert;
 pub mod json;
 pub mod payload;
 pub mod rescue;

@@ -44,7 +44,7 @@ from awa.errors import (
 )
 from awa.events import JobEvent, RescueReason
 from awa.followups import EnqueueRequest
-from awa.inserts import DEFAULT_UNIQUE_STATES, UniqueOpts
+from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.quarantine import QuarantinedFingerprint
@@ -71,11 +71,13 @@ __all__ = [
     "Cancel",
     "ConfigurationError",
     "ConnectionFailed",
+    "CopyInsertOptions",
     "DeadLetter",
     "DeadLetterReason",
     "DefaultAction",
     "EnqueueRequest",
     "FollowUpError",
+    "InsertOptions",
     "Job",
     "JobEvent",
     "JobNotFound",

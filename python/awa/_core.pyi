@@ -12,8 +12,8 @@ Limits are checked here so that a bad value raises
 raises :class:`awa.errors.StagingError` instead.
 """
 
-from collections.abc import Sequence
-from typing import Any, Final, Literal, Self, TypeAlias, TypedDict, final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Literal, Protocol, Self, TypeAlias, TypedDict, final
 
 __all__ = [
     "FAILURE_REASONS",
@@ -60,22 +60,6 @@ _OutcomeColumns: TypeAlias = tuple[
 ``UPDATE … FROM unnest(...)``: ``(ids, run_leases, states, delays_s, refunds,
 errors)``."""
 
-_InsertColumns: TypeAlias = tuple[
-    list[str],  # kinds
-    list[str],  # queues
-    list[str],  # args (compact JSON objects)
-    list[int],  # priorities
-    list[int],  # max_attempts
-    list[int | None],  # max_crashes (None: unbounded)
-    list[str | None],  # run_at as UTC timestamp text, 2026-11-30 16:33:51.123456+00 (None: now)
-    list[str | None],  # tags as text[] literals (None: no tags)
-    list[str | None],  # metadata (compact JSON objects; None: empty)
-    list[bytes | None],  # unique keys, 16 bytes each (None: not unique)
-    list[int | None],  # unique states masks, 1-255 (None: not unique)
-    list[int | None],  # attempt timeouts in milliseconds (None: the task's or queue's)
-    list[str | None],  # overall deadlines as UTC timestamp text (None: none)
-]
-
 FAILURE_REASONS: Final[tuple[str, ...]]
 """Why a job ends ``failed`` (its dead-letter reason), as recorded in the
 ``reason`` of the error entry that failed it and in ``failure_reason``."""
@@ -107,7 +91,30 @@ MAX_STAGED_BYTES: Final[int]
 metadata JSON and tags, summed."""
 
 _UniqueOptions: TypeAlias = tuple[bool, bool, int | None, int]
-"""``(by_args, by_queue, period_s, states_mask)`` for :meth:`InsertRows.add`."""
+"""``(by_args, by_queue, period_s, states_mask)``: an options object's ``unique``."""
+
+class _InsertOptions(Protocol):
+    """What :meth:`InsertRows.add_many` reads, by name, from each options
+    object (``awa.inserts.InsertOpts``)."""
+
+    kind: object
+    queue: object
+    priority: object
+    max_attempts: object
+    max_crashes: object
+    max_crashes_from_queue: bool
+    run_at_us: int | None
+    tags: object
+    metadata: object
+    unique: _UniqueOptions | None
+    timeout_ms: int | None
+    deadline_us: int | None
+
+_Resolver: TypeAlias = Callable[
+    [object, object, object], tuple[object, object, int | None, Callable[[object], object] | None]
+]
+"""``(args, kind, queue) -> (kind, queue, queue_max_crashes, check)``: the
+registry's answer for one argument type with one kind and queue option."""
 
 class _StagedRow(TypedDict):
     """One row of :meth:`InsertRows.rows`."""
@@ -219,24 +226,25 @@ class InsertRows:
         """Starts an empty set of rows with room for ``capacity`` jobs; a
         staging set when ``staging``."""
 
-    def add(
+    def add_many(
         self,
-        args: object,
-        kind: str,
-        queue: str,
-        priority: int,
-        max_attempts: int,
-        max_crashes: int | None,
-        run_at_us: int | None,
-        tags: Sequence[str] | None,
-        metadata: object,
+        jobs: Iterable[object],
+        options: _InsertOptions | list[_InsertOptions],
+        resolve: _Resolver,
+        *,
+        now_us: int,
         batch: bool = False,
-        unique: _UniqueOptions | None = None,
-        now_us: int | None = None,
-        timeout_ms: int | None = None,
-        deadline_us: int | None = None,
-    ) -> None:
-        """Checks every limit and appends one encoded job.
+    ) -> list[tuple[str, type]]:
+        """Checks every job and appends them all, or none: a refused job
+        leaves the set as it was. Returns the distinct ``(kind, argument
+        type)`` pairs seen.
+
+        ``options`` is one options object for every job or a list of one per
+        job; each distinct object is read once. ``resolve(args, kind,
+        queue)`` is called once per distinct argument type, ``kind`` and
+        ``queue`` option and returns the kind and queue to use, the queue's
+        default ``max_crashes`` (used where ``max_crashes_from_queue``) and
+        a check to call on each job's arguments (or ``None``).
 
         Limits: ``kind`` and ``queue`` are strings of 1-200 characters;
         ``priority`` 1-4; ``max_attempts`` 1-1000; ``max_crashes`` 0-10 000 or
@@ -254,15 +262,14 @@ class InsertRows:
         job a unique key: the first 16 bytes of SHA-256 over its kind, its
         queue when ``by_queue``, its args with object keys sorted when
         ``by_args``, and the number of the ``period_s``-second period holding
-        ``now_us`` when ``period_s`` is not ``None`` (``now_us``, microseconds
-        since the epoch, is then required). ``states_mask`` (1-255) names
-        the states in which an existing job conflicts; ``period_s`` must be
-        at least 1. Errors name ``unique_opts``, ``unique_opts.states`` or
-        ``unique_opts.by_period``.
+        ``now_us`` when ``period_s`` is not ``None``. ``states_mask`` (1-255)
+        names the states in which an existing job conflicts; ``period_s``
+        must be at least 1. Errors name ``unique_opts``,
+        ``unique_opts.states`` or ``unique_opts.by_period``.
 
         Raises :class:`awa.ValidationError` whose ``field`` names the value;
         with ``batch`` its message is prefixed with the job's position
-        (``jobs[3].priority: …``). A refused job is not added.
+        (``jobs[3].priority: …``).
 
         In a staging set every refusal is :class:`awa.errors.StagingError`
         instead (``batch`` adds no prefix): with the value's ``field``; with
@@ -274,28 +281,23 @@ class InsertRows:
     def __len__(self) -> int:
         """The number of jobs added."""
 
-    def columns(self) -> _InsertColumns:
-        """One list per column, for ``INSERT … SELECT … FROM unnest(...)``:
-        ``(kinds, queues, args, priorities, max_attempts, max_crashes,
-        run_at, tags, metadata, unique_keys, unique_states, timeout_ms,
-        deadline)``; tags as ``text[]`` literals, ``run_at`` and ``deadline``
-        as UTC timestamp text (``2026-11-30 16:33:51.123456+00``), which
-        PostgreSQL reads exactly (interval arithmetic on microseconds would
-        not be)."""
-
     def rows(self) -> list[_StagedRow]:
         """One dict per row, in order, for showing staged follow-ups:
         ``args`` and ``metadata`` as JSON text, ``tags`` as a list (``None``
         for no tags, ``metadata`` ``None`` for none)."""
 
     def json_rows(self) -> str:
-        """The rows as one JSON array of arrays, for ``jsonb_array_elements``:
-        ``[kind, queue, args, priority, max_attempts, max_crashes, run_at,
-        tags, metadata, unique_key (hex), unique_states, timeout_ms,
-        deadline]`` per row, ``null`` where a value is absent, ``run_at`` and
-        ``deadline`` as UTC timestamp text (as in :meth:`columns`). One text
-        parameter instead of thirteen arrays is cheaper to send (the
-        follow-up insert uses it)."""
+        """The rows as one JSON array of objects keyed by the fields of the
+        ``awa.job_input`` type (``kind``, ``queue``, ``args``, ``priority``,
+        ``max_attempts``, ``max_crashes``, ``run_at``, ``tags``,
+        ``metadata``, ``unique_key``, ``unique_states``, ``timeout_ms``,
+        ``deadline_at``), absent values left out, moments as UTC timestamp
+        text (``2026-11-30 16:33:51.123456+00``, which PostgreSQL reads
+        exactly), the unique key as bytea text (``\\x…``): the one parameter
+        of ``jobs_insert`` and ``jobs_insert_follow_ups``."""
+
+    def unique_keys(self) -> list[bytes | None]:
+        """Each row's unique key (``None``: no key)."""
 
     def written(self, inserted_keys: list[bytes] | None) -> list[int]:
         """Positions (0-based) of the rows an insert that skips duplicates

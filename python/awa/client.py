@@ -9,7 +9,7 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, overload
 
 import asyncpg
 
@@ -23,9 +23,12 @@ from awa.inserts import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_CRASHES,
     DEFAULT_PRIORITY,
-    QUEUE_DEFAULT,
+    CopyInsertOptions,
+    InsertOptions,
+    InsertOpts,
     UniqueOpts,
     add_job,
+    add_jobs,
     check_option_names,
     now_us,
 )
@@ -439,18 +442,8 @@ class AsyncClient:
         self,
         args: dict[str, Any],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> Job[dict[str, Any]]: ...
 
     @overload
@@ -458,60 +451,40 @@ class AsyncClient:
         self,
         args: T,
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> Job[T]: ...
 
     async def insert(
         self,
         args: Any,
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> Job[Any]:
         """Inserts one job and returns it, typed and decoded as ``args`` was
         given: ``insert(SendEmail(...))`` gives a ``Job[SendEmail]`` (whether
         or not this client has a task for the kind), a dict stays a dict
         (``Job[dict[str, Any]]``).
 
+        ``options`` are :class:`awa.InsertOptions`: ``kind``, ``queue``,
+        ``priority``, ``max_attempts``, ``max_crashes``, ``run_at``,
+        ``tags``, ``metadata``, ``timeout``, ``deadline`` and
+        ``unique_opts``, each with its limits there. Every limit is checked
+        before any SQL; a violation raises :class:`awa.ValidationError`
+        naming the field, and an unknown option name is refused the same
+        way. A ``run_at`` in the past makes the job available at once; a
+        ``timedelta`` is counted from now. ``timeout`` bounds each attempt
+        of this job, over its task's and queue's timeouts; ``deadline``
+        bounds the whole job: no attempt runs past it, and a job still
+        unfinished then fails with reason ``deadline_exceeded``.
+
         With ``connection`` (an asyncpg connection, or one from
         ``pool.acquire()``, typically inside your own transaction) the job
         commits or rolls back with your data; anything else (a pool, another
         driver's connection) raises :class:`awa.ValidationError`, and a
         connection outside a transaction is said once in the log (each
-        insert on it commits at once). Every
-        limit is checked before any SQL: priority 1–4, max_attempts 1–1000,
-        kind and queue 1–200 characters, at most 20 tags, no NUL characters,
-        run_at within years 1–9999, args serializable to a JSON object;
-        violations raise :class:`awa.ValidationError` naming the field. A
-        ``run_at`` in the past makes the job available at once; a
-        ``timedelta`` is counted from now.
-
-        ``timeout`` (seconds or ``timedelta``) bounds each attempt of this
-        job, over its task's and queue's timeouts. ``deadline`` (a datetime,
-        or a ``timedelta`` from now) bounds the whole job: no attempt runs
-        past it, and a job still unfinished then fails with reason
-        ``deadline_exceeded``.
+        insert on it commits at once).
 
         With ``unique_opts`` (:class:`awa.UniqueOpts` or a dict of its
         fields; ``{}`` for the defaults) the job is not inserted when another
@@ -521,67 +494,26 @@ class AsyncClient:
         """
         check_caller_connection(connection)
         rows = _core.InsertRows(1)
-        add_job(
-            rows,
-            self._registry,
-            args,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            max_crashes=max_crashes,
-            run_at=run_at,
-            tags=tags,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            unique_opts=unique_opts,
-            require_task=True,
+        [(kind, _type)] = add_jobs(
+            rows, self._registry, [args], InsertOpts.of(options), require_task=True
         )
-        (kinds, queues, encoded, priorities, attempts, crashes, run_ats, tag_lits, metas,
-         unique_keys, unique_states, timeouts, deadlines) = rows.columns()  # fmt: skip
         db = await self._database()
         await db.require_schema(connection)
-        row = await db.fetchrow(
-            "jobs_insert",
-            kinds[0],
-            queues[0],
-            encoded[0],
-            priorities[0],
-            attempts[0],
-            crashes[0],
-            tag_lits[0],
-            run_ats[0],
-            metas[0],
-            unique_keys[0],
-            unique_states[0],
-            timeouts[0],
-            deadlines[0],
-            connection=connection,
-        )
+        row = await db.fetchrow("jobs_insert", rows.json_rows(), connection=connection)
         if row is None:
-            holder = await db.fetchval("jobs_unique_holder", unique_keys[0], connection=connection)
+            [key] = rows.unique_keys()
+            holder = await db.fetchval("jobs_unique_holder", key, connection=connection)
             raise UniqueConflict(holder)
-        return self._job(row, decode=self._registry.decoder(kinds[0], type(args)))
+        return self._job(row, decode=self._registry.decoder(kind, type(args)))
 
     @overload
     async def insert_many(
         self,
         jobs: Sequence[dict[str, Any]],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[InsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> list[Job[dict[str, Any]]]: ...
 
     @overload
@@ -589,71 +521,37 @@ class AsyncClient:
         self,
         jobs: Sequence[T],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[InsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> list[Job[T]]: ...
 
     async def insert_many(
         self,
         jobs: Sequence[Any],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[InsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[InsertOptions],
     ) -> list[Job[Any]]:
         """Inserts many jobs in one statement and returns them in order, each
         decoded as its arguments were given (see :meth:`insert`; where one
         batch gives a kind arguments of several types, that kind's jobs
         decode as its task says, else as dicts).
 
-        Keyword arguments apply to every job; ``opts[i]`` (a dict of the same
-        keywords) overrides them for ``jobs[i]``. Validation is all or
-        nothing: one bad job raises before anything is written. Jobs with
-        ``unique_opts`` whose key is already held are skipped, so the list
-        returned can be shorter than ``jobs``.
+        ``options`` (:class:`awa.InsertOptions`) apply to every job;
+        ``opts[i]`` (a dict of the same options) overrides them for
+        ``jobs[i]``. Validation is all or nothing: one bad job raises before
+        anything is written. Jobs with ``unique_opts`` whose key is already
+        held are skipped, so the list returned can be shorter than ``jobs``.
         """
         check_caller_connection(connection)
-        rows, decoders = self._rows(
-            jobs,
-            opts,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            max_crashes=max_crashes,
-            run_at=run_at,
-            tags=tags,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            unique_opts=unique_opts,
-        )
+        rows, decoders = self._rows(jobs, opts, options)
         if not len(rows):
             return []
         db = await self._database()
         await db.require_schema(connection)
-        records = await db.fetch("jobs_insert_many", *rows.columns(), connection=connection)
+        records = await db.fetch("jobs_insert", rows.json_rows(), connection=connection)
         return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
     @overload
@@ -661,18 +559,9 @@ class AsyncClient:
         self,
         jobs: Sequence[dict[str, Any]],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[CopyInsertOptions],
     ) -> list[Job[dict[str, Any]]]: ...
 
     @overload
@@ -680,60 +569,29 @@ class AsyncClient:
         self,
         jobs: Sequence[T],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[CopyInsertOptions],
     ) -> list[Job[T]]: ...
 
     async def insert_many_copy(
         self,
         jobs: Sequence[Any],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[CopyInsertOptions],
     ) -> list[Job[Any]]:
         """Like :meth:`insert_many` but writes with COPY, and returns the jobs
-        (typed and decoded as :meth:`insert_many` says).
+        (typed and decoded as :meth:`insert_many` says). ``unique_opts`` is
+        refused: COPY cannot skip duplicates.
 
         Use :meth:`enqueue_many_copy` when you only need the count: it skips
         reading the rows back. Whether a job with ``run_at`` starts
         ``available`` or ``scheduled`` is decided by this machine's clock.
         """
         check_caller_connection(connection)
-        rows, decoders = self._rows(
-            jobs,
-            opts,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            max_crashes=max_crashes,
-            run_at=run_at,
-            tags=tags,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            copy=True,
-        )
+        rows, decoders = self._rows(jobs, opts, options, copy=True)
         if not len(rows):
             return []
         db = await self._database()
@@ -751,36 +609,14 @@ class AsyncClient:
         self,
         jobs: Sequence[Any],
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-        run_at: datetime.datetime | datetime.timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | datetime.timedelta | None = None,
-        deadline: datetime.datetime | datetime.timedelta | None = None,
-        opts: Sequence[Mapping[str, Any] | None] | None = None,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
         connection: asyncpg.Connection | None = None,
+        **options: Unpack[CopyInsertOptions],
     ) -> int:
-        """The fastest bulk insert: COPY, returning only how many jobs were written."""
+        """The fastest bulk insert: COPY, returning only how many jobs were
+        written (options as for :meth:`insert_many_copy`)."""
         check_caller_connection(connection)
-        rows, _decoders = self._rows(
-            jobs,
-            opts,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            max_crashes=max_crashes,
-            run_at=run_at,
-            tags=tags,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            copy=True,
-        )
+        rows, _decoders = self._rows(jobs, opts, options, copy=True)
         if not len(rows):
             return 0
         db = await self._database()
@@ -815,41 +651,70 @@ class AsyncClient:
         self,
         jobs: Sequence[Any],
         opts: Sequence[Mapping[str, Any] | None] | None,
+        defaults: Mapping[str, Any],
         *,
         copy: bool = False,
-        **defaults: Any,
     ) -> tuple[Any, dict[str, ArgsDecoder | None]]:
-        """The jobs as :class:`awa._core.InsertRows`, and by kind how the rows
-        read back decode: as the one type of arguments given for the kind, or
-        ``None`` (as its task says) for a kind given several."""
+        """The jobs as :class:`awa._core.InsertRows` (the whole list in one
+        call to the core), and by kind how the rows read back decode: as
+        the one type of arguments given for the kind, or ``None`` (as its
+        task says) for a kind given several."""
         if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
             raise ValidationError("jobs: must be a list of job arguments", "jobs")
-        if opts is not None and len(opts) != len(jobs):
+        if copy and "unique_opts" in defaults:
             raise ValidationError(
-                f"opts: needs one entry per job ({len(opts)} for {len(jobs)} jobs)", "opts"
+                "unique_opts: COPY cannot skip duplicates; insert unique jobs with insert_many",
+                "unique_opts",
             )
+        shared = InsertOpts.of(defaults, "options")
         rows = _core.InsertRows(len(jobs))
+        seen = add_jobs(
+            rows, self._registry, jobs, self._per_job(shared, defaults, opts, len(jobs), copy),
+            batch=True, require_task=True,
+        )  # fmt: skip
         types_by_kind: dict[str, Any] = {}
-        for index, args in enumerate(jobs):
-            options = defaults
-            override = opts[index] if opts is not None else None
-            if override:
-                check_option_names(override, f"opts[{index}]")
-                options = {**defaults, **override}
-            if copy and options.get("unique_opts") is not None:
-                raise ValidationError(
-                    f"opts[{index}].unique_opts: COPY cannot skip duplicates; "
-                    "insert unique jobs with insert_many",
-                    f"opts[{index}].unique_opts",
-                )
-            kind = add_job(rows, self._registry, args, batch=True, require_task=True, **options)
-            if types_by_kind.setdefault(kind, type(args)) is not type(args):
+        for kind, args_type in seen:
+            if types_by_kind.setdefault(kind, args_type) is not args_type:
                 types_by_kind[kind] = None
         decoders = {
             kind: None if args_type is None else self._registry.decoder(kind, args_type)
             for kind, args_type in types_by_kind.items()
         }
         return rows, decoders
+
+    @staticmethod
+    def _per_job(
+        shared: InsertOpts,
+        defaults: Mapping[str, Any],
+        opts: Sequence[Mapping[str, Any] | None] | None,
+        count: int,
+        copy: bool,
+    ) -> InsertOpts | list[InsertOpts]:
+        """``shared`` for every job, or with ``opts``, one options object per
+        job (``shared`` where a job overrides nothing)."""
+        if opts is None:
+            return shared
+        if isinstance(opts, Mapping) or not isinstance(opts, Sequence):
+            raise ValidationError("opts: must be a list of dicts, one per job", "opts")
+        if len(opts) != count:
+            raise ValidationError(
+                f"opts: needs one entry per job ({len(opts)} for {count} jobs)", "opts"
+            )
+        per_job = []
+        for index, override in enumerate(opts):
+            if not override:
+                per_job.append(shared)
+                continue
+            where = f"opts[{index}]"
+            check_option_names(override, where)
+            if copy and override.get("unique_opts") is not None:
+                raise ValidationError(
+                    f"{where}.unique_opts: COPY cannot skip duplicates; "
+                    "insert unique jobs with insert_many",
+                    f"{where}.unique_opts",
+                )
+            per_job.append(InsertOpts.of({**defaults, **override}, where))
+        return per_job
 
     def _job(
         self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
@@ -990,7 +855,7 @@ class AsyncClient:
             rows, self._registry, args, kind=kind, queue=queue,
             unique_opts=UniqueOpts() if unique_opts is None else unique_opts,
         )  # fmt: skip
-        key = rows.columns()[9][0]
+        [key] = rows.unique_keys()
         db = await self._database()
         ids = [row["id"] for row in await db.fetch("jobs_ids_by_unique_key", key)]
         return await cancellation.cancel(db, self._lifecycle, ids, _cancel_reason(reason))

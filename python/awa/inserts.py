@@ -1,9 +1,14 @@
-"""Insert options, shared by every path that writes new jobs: the client's
-inserts, durable follow-ups and handler-staged follow-ups.
+"""Insert options, defined once for every path that writes new jobs: the
+client's inserts (one, many, COPY), durable follow-ups and handler-staged
+follow-ups.
 
-:func:`add_job` turns one job's arguments and options into a row of a Rust
-:class:`awa._core.InsertRows`, which checks every limit; nothing here talks
-to the database.
+:class:`InsertOptions` is the keywords an insert accepts (the client's
+methods take them as ``**options``); :class:`InsertOpts` is the same
+options checked and converted once (moments to microseconds, ``unique_opts``
+to the core's tuple). :func:`add_jobs` hands a whole list of jobs to the
+Rust :class:`awa._core.InsertRows`, which reads each options object by
+name, resolves kinds once per argument type through the registry, encodes
+and checks every job; nothing here talks to the database.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import datetime
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 
 from awa import _core
 from awa.config import positive_seconds
@@ -31,22 +36,47 @@ DEFAULT_MAX_CRASHES: Final = 5
 #: for the job's queue, else :data:`DEFAULT_MAX_CRASHES`.
 QUEUE_DEFAULT: Final = "queue_default"
 
+
+class CopyInsertOptions(TypedDict, total=False):
+    """The options of a COPY insert: every insert option but ``unique_opts``
+    (COPY cannot skip duplicates).
+
+    ``kind`` (default: the task registered for the argument type, else the
+    class name in snake case) and ``queue`` (default: the task's queue, else
+    ``default``) are 1–200 characters; ``priority`` 1 (first) to 4, default 2;
+    ``max_attempts`` 1–1000, default 25; ``max_crashes`` 0–10 000, ``None``
+    (unbounded) or ``"queue_default"`` (the queue's, see
+    ``set_queue_defaults``; default 5); ``run_at`` an aware datetime or a
+    ``timedelta`` from now (``None``, or a moment past, runs now);
+    ``tags`` at most 20 strings of 1–200 characters; ``metadata`` a dict
+    that serializes to a JSON object; ``timeout`` (seconds or ``timedelta``)
+    bounds each attempt, over the task's and queue's timeouts; ``deadline``
+    (a datetime or a ``timedelta`` from now) bounds the whole job.
+    """
+
+    kind: str | None
+    queue: str | None
+    priority: int
+    max_attempts: int
+    max_crashes: int | Literal["queue_default"] | None
+    run_at: datetime.datetime | datetime.timedelta | None
+    tags: Sequence[str] | None
+    metadata: Mapping[str, Any] | None
+    timeout: float | datetime.timedelta | None
+    deadline: datetime.datetime | datetime.timedelta | None
+
+
+class InsertOptions(CopyInsertOptions, total=False):
+    """Every option an insert accepts besides the arguments themselves (see
+    :class:`CopyInsertOptions`), and ``unique_opts``: an
+    :class:`awa.UniqueOpts` or a dict of its fields (``{}`` for the
+    defaults), or ``None`` for no unique key."""
+
+    unique_opts: UniqueOpts | Mapping[str, Any] | None
+
+
 #: Every keyword an insert accepts besides the arguments themselves.
-INSERT_OPTIONS: Final = frozenset(
-    {
-        "kind",
-        "queue",
-        "priority",
-        "max_attempts",
-        "max_crashes",
-        "run_at",
-        "tags",
-        "metadata",
-        "unique_opts",
-        "timeout",
-        "deadline",
-    }
-)
+INSERT_OPTIONS: Final = InsertOptions.__required_keys__ | InsertOptions.__optional_keys__
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MICROSECOND: Final = datetime.timedelta(microseconds=1)
@@ -128,49 +158,87 @@ def unique_core(value: UniqueOpts | Mapping[str, Any] | None) -> Any:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class InsertOpts:
+    """Insert options checked and converted once, read by name by the Rust
+    core (:meth:`awa._core.InsertRows.add_many`): one object serves every job
+    of a batch that shares them."""
+
+    kind: Any = None
+    queue: Any = None
+    priority: Any = DEFAULT_PRIORITY
+    max_attempts: Any = DEFAULT_MAX_ATTEMPTS
+    max_crashes: Any = None
+    #: ``max_crashes`` is the queue's default (``"queue_default"``).
+    max_crashes_from_queue: bool = True
+    run_at_us: int | None = None
+    tags: Any = None
+    metadata: Any = None
+    #: ``(by_args, by_queue, period_s, states_mask)``, or ``None``.
+    unique: tuple[bool, bool, int | None, int] | None = None
+    timeout_ms: int | None = None
+    deadline_us: int | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], where: str = "options") -> InsertOpts:
+        """Checks the option names (errors name ``where``) and converts the
+        values the core cannot read as they are."""
+        check_option_names(options, where)
+        if not options:
+            return DEFAULT_OPTS
+        max_crashes = options.get("max_crashes", QUEUE_DEFAULT)
+        from_queue = isinstance(max_crashes, str) and max_crashes == QUEUE_DEFAULT
+        timeout = options.get("timeout")
+        deadline = options.get("deadline")
+        return cls(
+            kind=options.get("kind"),
+            queue=options.get("queue"),
+            priority=options.get("priority", DEFAULT_PRIORITY),
+            max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+            max_crashes=None if from_queue else max_crashes,
+            max_crashes_from_queue=from_queue,
+            run_at_us=run_at_us(options.get("run_at")),
+            tags=options.get("tags"),
+            metadata=options.get("metadata"),
+            unique=unique_core(options.get("unique_opts")),
+            timeout_ms=None if timeout is None else timeout_ms(timeout),
+            deadline_us=None if deadline is None else moment_us(deadline, "deadline"),
+        )
+
+
+#: The options of an insert given none.
+DEFAULT_OPTS: Final = InsertOpts()
+
+
+def add_jobs(
+    rows: Any,
+    registry: Registry,
+    jobs: Sequence[Any],
+    options: InsertOpts | list[InsertOpts],
+    *,
+    batch: bool = False,
+    require_task: bool = False,
+) -> list[tuple[str, type]]:
+    """Checks ``jobs`` and appends them to ``rows`` (an
+    :class:`awa._core.InsertRows`) in one call, with one options object for
+    all or a list of one per job; returns the distinct ``(kind, argument
+    type)`` pairs. All or nothing: a refused job adds none."""
+    resolve = registry.resolver(require_task=require_task)
+    return rows.add_many(jobs, options, resolve, now_us=now_us(), batch=batch)  # type: ignore[no-any-return]
+
+
 def add_job(
     rows: Any,
     registry: Registry,
     args: Any,
     *,
-    kind: str | None = None,
-    queue: str | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    max_crashes: int | Literal["queue_default"] | None = QUEUE_DEFAULT,
-    run_at: datetime.datetime | datetime.timedelta | None = None,
-    tags: Sequence[str] | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    unique_opts: UniqueOpts | Mapping[str, Any] | None = None,
-    timeout: float | datetime.timedelta | None = None,
-    deadline: datetime.datetime | datetime.timedelta | None = None,
     batch: bool = False,
     require_task: bool = False,
+    **options: Any,
 ) -> str:
-    """Checks one job and appends it to ``rows`` (an :class:`awa._core.InsertRows`);
-    returns its kind."""
-    kind, queue = registry.resolve(args, kind, queue, require_task=require_task)
-    if max_crashes == QUEUE_DEFAULT:
-        max_crashes = registry.queue_max_crashes.get(queue, DEFAULT_MAX_CRASHES)
-    limits = {}
-    if timeout is not None:
-        limits["timeout_ms"] = timeout_ms(timeout)
-    if deadline is not None:
-        limits["deadline_us"] = moment_us(deadline, "deadline")
-    rows.add(
-        args,
-        kind,
-        queue,
-        priority,
-        max_attempts,
-        max_crashes,
-        run_at_us(run_at),
-        tags,
-        metadata,
-        batch,
-        unique=unique_core(unique_opts),
-        now_us=now_us(),
-        **limits,
+    """Checks one job and appends it to ``rows``; returns its kind."""
+    [(kind, _type)] = add_jobs(
+        rows, registry, [args], InsertOpts.of(options), batch=batch, require_task=require_task
     )
     return kind
 

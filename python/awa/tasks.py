@@ -14,6 +14,7 @@ import pydantic
 
 from awa import _core
 from awa.errors import ConfigurationError, ValidationError
+from awa.inserts import DEFAULT_MAX_CRASHES
 from awa.job import ArgsDecoder
 
 DEFAULT_QUEUE = "default"
@@ -191,33 +192,61 @@ class Registry:
         service's workers; or name the kind). Follow-ups are exempt from the
         latter: they often feed a stage other workers run, and refusing one
         would fail the handler that staged it."""
+        kind, queue, _max_crashes, check = self.resolution(args, kind, queue, require_task)
+        if check is not None:
+            check(args)
+        return kind, queue
+
+    def resolver(self, *, require_task: bool = False) -> Resolver:
+        """:meth:`resolution` for the Rust core, which asks once per argument
+        type, kind and queue in a batch and runs the check on every job."""
+        return functools.partial(self.resolution, require_task=require_task)
+
+    def resolution(
+        self, args: Any, kind: Any, queue: Any, require_task: bool = False
+    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None]:
+        """What :meth:`resolve` decides for arguments of this type: kind,
+        queue, the queue's default ``max_crashes``, and the check each job's
+        arguments must pass (``None``: they are the kind's own type)."""
         if kind is None:
-            task = self.for_args(args)
-            if task is not None:
-                kind = task.kind
-            elif isinstance(args, dict):
-                raise ValidationError("kind: is required when args is a dict", "kind")
-            elif dataclasses.is_dataclass(args) or isinstance(args, pydantic.BaseModel):
-                kind = derive_kind(type(args).__name__)
-                if require_task and self.by_kind and kind not in self.by_kind:
-                    raise ValidationError(
-                        f"kind: no task is registered for {type(args).__name__} (kind "
-                        f"{kind!r}); register one with @client.task({type(args).__name__}), "
-                        "or pass kind= to insert jobs for another service's workers",
-                        "kind",
-                    )
-            else:
-                raise ValidationError(
-                    "args: must be a pydantic model, a dataclass or a dict "
-                    f"(got {type(args).__name__})",
-                    "args",
-                )
-        task = self.by_kind.get(kind)
+            kind = self._derived_kind(args, require_task)
+        task = self.by_kind.get(kind) if isinstance(kind, str) else None
+        check = None
         if task is not None and task.check_args is not None and type(args) is not task.args_type:
-            _check_args(task, args)
+            check = functools.partial(_check_args, task)
         if queue is None:
             queue = task.queue if task is not None else DEFAULT_QUEUE
-        return kind, queue
+        max_crashes = (
+            self.queue_max_crashes.get(queue, DEFAULT_MAX_CRASHES)
+            if isinstance(queue, str)
+            else DEFAULT_MAX_CRASHES
+        )
+        return kind, queue, max_crashes, check
+
+    def _derived_kind(self, args: Any, require_task: bool) -> str:
+        task = self.for_args(args)
+        if task is not None:
+            return task.kind
+        if isinstance(args, dict):
+            raise ValidationError("kind: is required when args is a dict", "kind")
+        if dataclasses.is_dataclass(args) or isinstance(args, pydantic.BaseModel):
+            kind = derive_kind(type(args).__name__)
+            if require_task and self.by_kind and kind not in self.by_kind:
+                raise ValidationError(
+                    f"kind: no task is registered for {type(args).__name__} (kind "
+                    f"{kind!r}); register one with @client.task({type(args).__name__}), "
+                    "or pass kind= to insert jobs for another service's workers",
+                    "kind",
+                )
+            return kind
+        raise ValidationError(
+            f"args: must be a pydantic model, a dataclass or a dict (got {type(args).__name__})",
+            "args",
+        )
+
+
+#: How the Rust core asks the registry for a batch's kinds and queues.
+Resolver = Callable[[Any, Any, Any], tuple[Any, Any, "int | None", "Callable[[Any], None] | None"]]
 
 
 def _check_args(task: Task, args: Any) -> None:

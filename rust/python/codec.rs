@@ -66,18 +66,6 @@ pub fn encode(value: &Bound<'_, PyAny>, root: &str) -> Result<String, EncodeErro
     Ok(encoder.writer.out)
 }
 
-/// The JSON type a value encodes to, for "must be an object" messages.
-pub fn json_type_name(json: &str) -> &'static str {
-    match json.as_bytes().first() {
-        Some(b'{') => "object",
-        Some(b'[') => "array",
-        Some(b'"') => "string",
-        Some(b't' | b'f') => "boolean",
-        Some(b'n') => "null",
-        _ => "number",
-    }
-}
-
 struct Encoder<'r> {
     writer: JsonWriter,
     path: Vec<PathPart>,

@@ -25,6 +25,7 @@ from tests.fuzz.values import (
     storable_text,
     values,
 )
+from tests.unit.core_rows import add
 
 
 @fuzz(300)
@@ -165,8 +166,8 @@ def test_a_unique_key_ignores_the_order_of_keys(args: dict[str, Any]) -> None:
 
     def key(value: dict[str, Any]) -> bytes:
         rows = _core.InsertRows()
-        rows.add(value, "k", "q", 2, 25, None, None, None, None, unique=(True, True, None, 255))
-        [unique_key] = rows.columns()[9]
+        add(rows, value, "k", "q", 2, 25, unique=(True, True, None, 255))
+        [unique_key] = rows.unique_keys()
         assert unique_key is not None
         return unique_key
 

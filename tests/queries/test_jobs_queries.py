@@ -6,8 +6,9 @@ import asyncio
 
 import asyncpg
 
-from awa import sql
+from awa import _core, sql
 from awa.worker.notifier import CHANNEL
+from tests.unit.core_rows import add
 
 Q = sql.query
 
@@ -372,14 +373,12 @@ def test_observed_finish_applies_exactly_the_same_update_as_the_plain_one():
 
 
 async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
-    from awa import _core
-
     rows = _core.InsertRows(4)
     unique = (True, False, None, 63)
-    rows.add({}, "a", "q", 2, 25, None, None, None, None)
-    rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
-    rows.add({}, "b", "q", 2, 25, None, None, None, None, unique=unique)
-    rows.add({"x": [1]}, "c", "q", 3, 7, 2, 0, ["t1", "t2"], {"m": True})
+    add(rows, {}, "a", "q", 2, 25, None, None, None, None)
+    add(rows, {}, "b", "q", 2, 25, None, None, None, None, unique=unique)
+    add(rows, {}, "b", "q", 2, 25, None, None, None, None, unique=unique)
+    add(rows, {"x": [1]}, "c", "q", 3, 7, 2, 0, ["t1", "t2"], {"m": True})
     inserted = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
     # The second keyed row duplicates the first and is skipped.
     assert rows.written(inserted) == [0, 1, 3]
@@ -405,18 +404,19 @@ async def test_claim_sets_the_deadline_from_the_kind_else_the_queue_timeout(conn
     rows = await claim(
         conn, ["q"], [2], worker, kind_timeouts={"timed": 5.0}, queue_timeouts=[60.0]
     )
-    budgets = {row["kind"]: (row[20] - row["attempted_at"]).total_seconds() for row in rows}
+    budgets = {
+        row["kind"]: (row["attempt_deadline_at"] - row["attempted_at"]).total_seconds()
+        for row in rows
+    }
     assert budgets == {"timed": 5.0, "plain": 60.0}
     await conn.execute("UPDATE awa.jobs SET state = 'available'")
     again = await claim(conn, ["q"], [2], worker)
-    assert [row[20] for row in again] == [None, None]
+    assert [row["attempt_deadline_at"] for row in again] == [None, None]
 
 
 async def test_insert_follow_ups_keeps_each_rows_timeout_and_deadline(conn):
-    from awa import _core
-
     rows = _core.InsertRows(1)
-    rows.add({}, "t", "q", 2, 25, None, None, None, None, timeout_ms=750, deadline_us=10**15)
+    add(rows, {}, "t", "q", 2, 25, None, None, None, None, timeout_ms=750, deadline_us=10**15)
     await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
     row = await conn.fetchrow("SELECT timeout_ms, deadline_at FROM awa.jobs WHERE kind = 't'")
     assert row["timeout_ms"] == 750

@@ -15,6 +15,7 @@ import pytest
 
 import awa
 from awa import _core
+from tests.unit.core_rows import add, column, json_rows
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 MICROSECOND = datetime.timedelta(microseconds=1)
@@ -40,7 +41,7 @@ def micros(moment: datetime.datetime) -> int:
 
 
 def job(**overrides: Any) -> dict[str, Any]:
-    """The arguments of ``InsertRows.add`` for a valid job, with overrides."""
+    """The arguments of ``core_rows.add`` for a valid job, with overrides."""
     fields: dict[str, Any] = {
         "args": {"to": "a@b.c"},
         "kind": "send_email",
@@ -59,7 +60,7 @@ def job(**overrides: Any) -> dict[str, Any]:
 def rows_of(*jobs: dict[str, Any]) -> _core.InsertRows:
     rows = _core.InsertRows(len(jobs))
     for fields in jobs:
-        rows.add(**fields)
+        add(rows, **fields)
     return rows
 
 
@@ -67,7 +68,7 @@ def refusal(**overrides: Any) -> awa.ValidationError:
     """The ValidationError that adding a job with ``overrides`` raises."""
     rows = _core.InsertRows()
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(**overrides))
+        add(rows, **job(**overrides))
     assert len(rows) == 0, "a refused job must not be added"
     return caught.value
 
@@ -288,7 +289,7 @@ def test_a_nul_in_an_args_key_names_the_object() -> None:
 def test_a_batch_error_message_names_the_jobs_position() -> None:
     rows = rows_of(job(), job())
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(priority=9), batch=True)
+        add(rows, **job(priority=9), batch=True)
     assert str(caught.value) == "jobs[2].priority: must be between 1 and 4 (got 9)"
     assert caught.value.field == "priority"
     assert len(rows) == 2
@@ -297,7 +298,7 @@ def test_a_batch_error_message_names_the_jobs_position() -> None:
 def test_a_batch_error_in_args_keeps_the_path_after_the_position() -> None:
     rows = _core.InsertRows()
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(args={"a": [0, "\0"]}), batch=True)
+        add(rows, **job(args={"a": [0, "\0"]}), batch=True)
     assert str(caught.value) == "jobs[0].args.a[1]: must not contain NUL characters"
     assert caught.value.field == "args.a[1]"
 
@@ -306,10 +307,10 @@ def test_a_single_insert_error_has_no_position() -> None:
     assert str(refusal(queue="")) == "queue: must not be empty"
 
 
-# ── columns ─────────────────────────────────────────────────────────────
+# ── rows by name ────────────────────────────────────────────────────────
 
 
-def test_columns_hold_one_list_per_field() -> None:
+def test_json_rows_name_each_field_and_leave_out_absent_ones() -> None:
     rows = rows_of(
         job(),
         job(
@@ -324,21 +325,26 @@ def test_columns_hold_one_list_per_field() -> None:
             metadata={"trace": "t1"},
         ),
     )
-    assert rows.columns() == (
-        ["send_email", "resize"],
-        ["email", "images"],
-        ['{"to":"a@b.c"}', '{"n":1.0}'],
-        [2, 1],
-        [25, 3],
-        [None, 0],
-        [None, "1970-01-01 00:00:00.000005+00"],
-        [None, '{"a","b"}'],
-        [None, '{"trace":"t1"}'],
-        [None, None],
-        [None, None],
-        [None, None],
-        [None, None],
-    )
+    assert json_rows(rows) == [
+        {
+            "kind": "send_email",
+            "queue": "email",
+            "args": {"to": "a@b.c"},
+            "priority": 2,
+            "max_attempts": 25,
+        },
+        {
+            "kind": "resize",
+            "queue": "images",
+            "args": {"n": 1.0},
+            "priority": 1,
+            "max_attempts": 3,
+            "max_crashes": 0,
+            "run_at": "1970-01-01 00:00:00.000005+00",
+            "tags": ["a", "b"],
+            "metadata": {"trace": "t1"},
+        },
+    ]
 
 
 @pytest.mark.parametrize(
@@ -352,21 +358,19 @@ def test_columns_hold_one_list_per_field() -> None:
 )
 def test_run_at_and_deadline_go_to_sql_as_exact_timestamp_text(micros: int, text: str) -> None:
     rows = rows_of(job(run_at_us=micros, deadline_us=micros))
-    columns = rows.columns()
-    assert (columns[6], columns[12]) == ([text], [text])
-    assert rows.json_rows().endswith(f',"{text}",null,null,null,null,null,"{text}"]]')
+    [row] = json_rows(rows)
+    assert (row["run_at"], row["deadline_at"]) == (text, text)
     assert rows.copy_text(0).decode().endswith(f"\t{text}\t\\N\t{text}\n")
 
 
 def test_timeouts_and_deadlines_are_checked_and_kept() -> None:
     rows = _core.InsertRows(2)
-    rows.add({}, "k", "q", 2, 25, None, None, None, None, timeout_ms=1500, deadline_us=7)
-    rows.add({}, "k", "q", 2, 25, None, None, None, None)
-    assert rows.columns()[11:] == ([1500, None], ["1970-01-01 00:00:00.000007+00", None])
-    assert (
-        '"k","q",{},2,25,null,null,null,null,null,null,1500,"1970-01-01 00:00:00.000007+00"]'
-        in rows.json_rows()
-    )
+    add(rows, {}, "k", "q", 2, 25, None, None, None, None, timeout_ms=1500, deadline_us=7)
+    add(rows, {}, "k", "q", 2, 25, None, None, None, None)
+    assert column(rows, "timeout_ms") == [1500, None]
+    assert column(rows, "deadline_us") == [7, None]
+    first = json_rows(rows)[0]
+    assert (first["timeout_ms"], first["deadline_at"]) == (1500, "1970-01-01 00:00:00.000007+00")
     assert rows.copy_columns()[-2:] == ["timeout_ms", "deadline_at"]
     for field, kwargs in [
         ("timeout", {"timeout_ms": 0}),
@@ -374,20 +378,21 @@ def test_timeouts_and_deadlines_are_checked_and_kept() -> None:
         ("deadline", {"deadline_us": 2**62}),
     ]:
         with pytest.raises(awa.ValidationError) as raised:
-            rows.add({}, "k", "q", 2, 25, None, None, None, None, **kwargs)
+            add(rows, {}, "k", "q", 2, 25, None, None, None, None, **kwargs)
         assert raised.value.field == field
 
 
 def test_empty_tags_and_empty_metadata_are_stored_as_null() -> None:
-    columns = rows_of(job(tags=[], metadata={})).columns()
-    tags, metadata = columns[7], columns[8]
-    assert tags == [None]
-    assert metadata == [None]
+    rows = rows_of(job(tags=[], metadata={}))
+    assert (column(rows, "tags"), column(rows, "metadata")) == ([None], [None])
+    assert "tags" not in json_rows(rows)[0]
 
 
-def test_tags_become_quoted_array_literals() -> None:
-    columns = rows_of(job(tags=("plain", 'say "hi"', "back\\slash", "a,b", "{}"))).columns()
-    assert columns[7] == [r'{"plain","say \"hi\"","back\\slash","a,b","{}"}']
+def test_tags_become_quoted_array_literals_in_copy_text() -> None:
+    rows = rows_of(job(tags=("plain", 'say "hi"', "back\\slash", "a,b", "{}")))
+    [fields] = copy_lines(rows, 0)
+    assert fields[7] == r'{"plain","say \\"hi\\"","back\\\\slash","a,b","{}"}'
+    assert json_rows(rows)[0]["tags"] == ["plain", 'say "hi"', "back\\slash", "a,b", "{}"]
 
 
 def test_pydantic_args_are_stored_as_their_json() -> None:
@@ -395,8 +400,8 @@ def test_pydantic_args_are_stored_as_their_json() -> None:
         image_id: int
         width: int
 
-    columns = rows_of(job(args=Resize(image_id=1, width=640))).columns()
-    assert columns[2] == ['{"image_id":1,"width":640}']
+    rows = rows_of(job(args=Resize(image_id=1, width=640)))
+    assert column(rows, "args") == ['{"image_id":1,"width":640}']
 
 
 # ── COPY text ───────────────────────────────────────────────────────────

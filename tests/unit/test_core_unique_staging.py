@@ -17,6 +17,7 @@ import pytest
 import awa
 from awa import _core
 from awa.errors import StagingError
+from tests.unit.core_rows import add, column
 
 FIRST_INSTANT_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 LAST_INSTANT_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
@@ -25,7 +26,7 @@ ALL_STATES = 255
 
 
 def job(**overrides: Any) -> dict[str, Any]:
-    """The arguments of ``InsertRows.add`` for a valid job, with overrides."""
+    """The arguments of ``core_rows.add`` for a valid job, with overrides."""
     fields: dict[str, Any] = {
         "args": {"to": "a@b.c"},
         "kind": "send_email",
@@ -45,13 +46,13 @@ def key_of(
     by_args: bool = True,
     by_queue: bool = True,
     period_s: int | None = None,
-    now_us: int | None = None,
+    now_us: int = 0,
     **overrides: Any,
 ) -> bytes:
     """The unique key the core gives a job."""
     rows = _core.InsertRows()
-    rows.add(**job(**overrides), unique=(by_args, by_queue, period_s, ALL_STATES), now_us=now_us)
-    [key] = rows.columns()[9]
+    add(rows, **job(**overrides), unique=(by_args, by_queue, period_s, ALL_STATES), now_us=now_us)
+    [key] = rows.unique_keys()
     assert key is not None
     return key
 
@@ -61,7 +62,7 @@ def staging_refusal(rows: _core.InsertRows | None = None, **overrides: Any) -> S
     rows = rows if rows is not None else _core.InsertRows(staging=True)
     before = (len(rows), rows.staged_bytes)
     with pytest.raises(StagingError) as caught:
-        rows.add(**job(**overrides))
+        add(rows, **job(**overrides))
     assert (len(rows), rows.staged_bytes) == before, "a refused follow-up must not be staged"
     return caught.value
 
@@ -69,7 +70,7 @@ def staging_refusal(rows: _core.InsertRows | None = None, **overrides: Any) -> S
 def staged(count: int) -> _core.InsertRows:
     rows = _core.InsertRows(staging=True)
     for _ in range(count):
-        rows.add(**job())
+        add(rows, **job())
     return rows
 
 
@@ -179,31 +180,31 @@ def test_a_key_ignores_everything_but_kind_queue_args_and_period() -> None:
 
 def test_rows_without_unique_options_have_no_key() -> None:
     rows = _core.InsertRows()
-    rows.add(**job())
-    assert rows.columns()[9:11] == ([None], [None])
+    add(rows, **job())
+    assert (rows.unique_keys(), column(rows, "unique_states")) == ([None], [None])
     assert not rows.has_unique()
 
 
 def test_has_unique_is_true_when_any_row_has_a_key() -> None:
     rows = _core.InsertRows()
-    rows.add(**job())
-    rows.add(**job(), unique=(True, True, None, 3))
+    add(rows, **job())
+    add(rows, **job(), unique=(True, True, None, 3))
     assert rows.has_unique()
-    assert rows.columns()[10] == [None, 3]
+    assert column(rows, "unique_states") == [None, 3]
 
 
 @pytest.mark.parametrize("states", [1, 255])
 def test_states_masks_from_1_to_255_are_accepted(states: int) -> None:
     rows = _core.InsertRows()
-    rows.add(**job(), unique=(False, False, None, states))
-    assert rows.columns()[10] == [states]
+    add(rows, **job(), unique=(False, False, None, states))
+    assert column(rows, "unique_states") == [states]
 
 
 @pytest.mark.parametrize("states", [0, 256, -1])
 def test_states_masks_outside_1_to_255_are_refused(states: int) -> None:
     rows = _core.InsertRows()
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(), unique=(False, False, None, states))
+        add(rows, **job(), unique=(False, False, None, states))
     assert caught.value.field == "unique_opts.states"
     assert len(rows) == 0
 
@@ -212,29 +213,22 @@ def test_states_masks_outside_1_to_255_are_refused(states: int) -> None:
 def test_a_period_under_one_second_is_refused(period_s: int) -> None:
     rows = _core.InsertRows()
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(), unique=(False, False, period_s, 1), now_us=0)
-    assert caught.value.field == "unique_opts.by_period"
-
-
-def test_a_period_needs_now() -> None:
-    rows = _core.InsertRows()
-    with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(), unique=(False, False, 60, 1))
+        add(rows, **job(), unique=(False, False, period_s, 1), now_us=0)
     assert caught.value.field == "unique_opts.by_period"
 
 
 def test_unique_options_must_be_a_tuple_of_four() -> None:
     rows = _core.InsertRows()
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(), unique=(True, True))  # type: ignore[arg-type]
+        add(rows, **job(), unique=(True, True))  # type: ignore[arg-type]
     assert caught.value.field == "unique_opts"
 
 
 def test_a_unique_error_in_a_batch_names_the_jobs_position() -> None:
     rows = _core.InsertRows()
-    rows.add(**job(), batch=True)
+    add(rows, **job(), batch=True)
     with pytest.raises(awa.ValidationError) as caught:
-        rows.add(**job(), batch=True, unique=(False, False, None, 0))
+        add(rows, **job(), batch=True, unique=(False, False, None, 0))
     assert str(caught.value).startswith("jobs[1].unique_opts.states: ")
 
 
@@ -259,21 +253,21 @@ def test_the_17th_follow_up_is_refused() -> None:
 
 def test_staged_bytes_count_kind_queue_args_metadata_and_tags() -> None:
     rows = _core.InsertRows(staging=True)
-    rows.add(**job(kind="é", queue="q", args={}, tags=["ab", "日"], metadata={"a": 1}))
+    add(rows, **job(kind="é", queue="q", args={}, tags=["ab", "日"], metadata={"a": 1}))
     assert rows.staged_bytes == 2 + 1 + 2 + 7 + 2 + 3
 
 
 def test_follow_ups_past_the_byte_limit_are_refused() -> None:
     rows = _core.InsertRows(staging=True)
     overhead = len("send_email") + len("email") + len('{"s":""}')
-    rows.add(**job(args={"s": "x" * (_core.MAX_STAGED_BYTES - 100 - overhead)}))
+    add(rows, **job(args={"s": "x" * (_core.MAX_STAGED_BYTES - 100 - overhead)}))
     assert rows.staged_bytes == _core.MAX_STAGED_BYTES - 100
     error = staging_refusal(rows, args={"s": "x" * (101 - overhead)})
     assert error.field == "follow_ups"
     assert f"at most {_core.MAX_STAGED_BYTES} bytes" in str(error)
     assert f"would make {_core.MAX_STAGED_BYTES + 1}" in str(error)
     # The refused follow-up used no budget: one that fits is still staged.
-    rows.add(**job(args={"s": "x" * (100 - overhead)}))
+    add(rows, **job(args={"s": "x" * (100 - overhead)}))
     assert rows.staged_bytes == _core.MAX_STAGED_BYTES
 
 
@@ -318,20 +312,20 @@ def test_a_follow_up_whose_model_holds_nan_is_a_staging_error_naming_the_field(
 def test_a_bad_unique_option_is_a_staging_error_when_staging() -> None:
     rows = _core.InsertRows(staging=True)
     with pytest.raises(StagingError) as caught:
-        rows.add(**job(), unique=(False, False, None, 0))
+        add(rows, **job(), unique=(False, False, None, 0))
     assert caught.value.field == "unique_opts.states"
 
 
 def test_staging_errors_have_no_batch_prefix() -> None:
     rows = staged(2)
     with pytest.raises(StagingError) as caught:
-        rows.add(**job(priority=9), batch=True)
+        add(rows, **job(priority=9), batch=True)
     assert str(caught.value) == "priority: must be between 1 and 4 (got 9)"
 
 
 def test_staged_follow_ups_may_be_unique() -> None:
     rows = _core.InsertRows(staging=True)
-    rows.add(**job(), unique=(True, True, 60, 3), now_us=0)
+    add(rows, **job(), unique=(True, True, 60, 3), now_us=0)
     assert rows.has_unique()
 
 
@@ -370,24 +364,23 @@ def test_only_a_staging_set_can_be_sealed() -> None:
 
 def test_extend_appends_every_row_with_its_unique_key() -> None:
     stage = _core.InsertRows(staging=True)
-    stage.add(**job(kind="a"), unique=(True, False, None, 7))
-    stage.add(**job(kind="b"))
+    add(stage, **job(kind="a"), unique=(True, False, None, 7))
+    add(stage, **job(kind="b"))
     stage.seal()
     batch = _core.InsertRows()
-    batch.add(**job(kind="first"))
+    add(batch, **job(kind="first"))
     batch.extend(stage)
-    columns = batch.columns()
-    assert columns[0] == ["first", "a", "b"]
-    assert columns[9][1] == stage.columns()[9][0]
-    assert columns[10] == [None, 7, None]
+    assert column(batch, "kind") == ["first", "a", "b"]
+    assert batch.unique_keys()[1] == stage.unique_keys()[0]
+    assert column(batch, "unique_states") == [None, 7, None]
     assert len(stage) == 2
 
 
 def test_a_set_may_extend_itself() -> None:
     rows = _core.InsertRows()
-    rows.add(**job(kind="a"))
+    add(rows, **job(kind="a"))
     rows.extend(rows)
-    assert rows.columns()[0] == ["a", "a"]
+    assert column(rows, "kind") == ["a", "a"]
 
 
 def test_a_staging_set_cannot_be_extended() -> None:
@@ -397,8 +390,9 @@ def test_a_staging_set_cannot_be_extended() -> None:
 
 def test_rows_show_each_row_as_a_dict() -> None:
     rows = _core.InsertRows(staging=True)
-    rows.add(**job())
-    rows.add(
+    add(rows, **job())
+    add(
+        rows,
         **job(
             args={"n": 1.0},
             kind="resize",
@@ -438,7 +432,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "run_at_us": 5,
         "tags": ["a", 'say "hi"'],
         "metadata": '{"trace":"t1"}',
-        "unique_key": rows.columns()[9][1],
+        "unique_key": rows.unique_keys()[1],
         "unique_states": 3,
         "timeout_ms": None,
         "deadline_us": None,

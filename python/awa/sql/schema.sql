@@ -174,3 +174,21 @@ CREATE TABLE awa.leaders (
 CREATE FUNCTION awa.run_lease_floor() RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint $$;
+
+-- The jobs an insert writes, as the client sends them: a JSON array of
+-- objects keyed by these fields (rust/insert.rs writes it), read by name.
+CREATE TYPE awa.job_input AS (
+    kind          text,
+    queue         text,
+    args          jsonb,
+    priority      smallint,
+    max_attempts  smallint,
+    max_crashes   smallint,
+    run_at        timestamptz,
+    tags          text[],
+    metadata      jsonb,
+    unique_key    bytea,
+    unique_states smallint,
+    timeout_ms    integer,
+    deadline_at   timestamptz
+);

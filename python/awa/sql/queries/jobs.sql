@@ -6,48 +6,17 @@
 -- timestamptz and `now()` is always the database's clock.
 
 -- name: jobs_insert
--- Inserts one job; available at once unless run_at is in the future, and
--- wakes idle workers of its queue when it commits. Returns nothing when a
--- job holding the same unique key exists (see jobs_unique_holder). run_at
--- ($8) and the deadline ($13) come as timestamp text (InsertRows.columns),
--- which PostgreSQL reads exactly over years 1-9999.
+-- Inserts the client's jobs ($1: a JSON array of awa.job_input objects,
+-- InsertRows.json_rows; one job is an array of one) in one statement, and
+-- wakes each queue that received available jobs once. A job is available at
+-- once unless its run_at is in the future. Jobs whose unique key is already
+-- held are skipped (the first insert wins; jobs_unique_holder names the
+-- holder). Returns the jobs written, by id.
 WITH input AS (
-    SELECT coalesce($8::text::timestamptz, now()) AS run_at
-), inserted AS (
-    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at)
-    SELECT $1, $2, $3::jsonb,
-           CASE WHEN input.run_at <= now() THEN 'available'::awa.job_state
-                ELSE 'scheduled'::awa.job_state END,
-           $4, $5, $6, input.run_at, $7::text::text[], $9::jsonb, $10::bytea, $11::smallint,
-           $12::integer, $13::text::timestamptz
-    FROM input
-    ON CONFLICT DO NOTHING
-    RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
-              crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors, callback_id, callback_timeout_at
-), notified AS (
-    SELECT pg_notify('awa_available', queue) FROM inserted WHERE state = 'available'
-)
-SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
-
--- name: jobs_insert_many
--- Inserts a batch given as one array per column (one statement), and wakes
--- each queue that received available jobs once. Jobs whose unique key is
--- already held are skipped (the first insert wins). run_at and deadline
--- come as timestamp text, as in jobs_insert.
-WITH input AS (
-    SELECT u.ord, u.kind, u.queue, u.args, u.priority, u.max_attempts, u.max_crashes,
-           u.tags, u.metadata, u.unique_key, u.unique_states, u.timeout_ms,
-           coalesce(u.run_at::timestamptz, now()) AS run_at,
-           u.deadline::timestamptz AS deadline_at
-    FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::smallint[], $5::smallint[],
-                $6::smallint[], $7::text[], $8::text[], $9::jsonb[], $10::bytea[],
-                $11::smallint[], $12::integer[], $13::text[])
-         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, max_crashes,
-                              run_at, tags, metadata, unique_key, unique_states,
-                              timeout_ms, deadline, ord)
+    SELECT r.ordinality AS ord, r.kind, r.queue, r.args, r.priority, r.max_attempts,
+           r.max_crashes, coalesce(r.run_at, now()) AS run_at, r.tags, r.metadata,
+           r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
+    FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), inserted AS (
     INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
@@ -55,7 +24,7 @@ WITH input AS (
     SELECT kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags::text[], metadata,
+           priority, max_attempts, max_crashes, run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at
     FROM input
     ORDER BY ord
@@ -75,29 +44,14 @@ ORDER BY id;
 -- Inserts the follow-ups of committed outcomes, inside the transaction that
 -- applies them; a follow-up whose unique key is already held is skipped.
 -- Returns the unique keys it inserted (InsertRows.written turns them into
--- the positions written) and how many queues it woke. The rows come as one
--- JSON array of arrays (InsertRows.json_rows: kind, queue, args, priority,
--- max_attempts, max_crashes, run_at as timestamp text, tags, metadata,
--- unique key in hex, unique_states, timeout_ms, deadline as timestamp
--- text), which costs far less to send than thirteen arrays. Keyed rows are
--- inserted in key order, so two flushes never wait on each other crosswise.
+-- the positions written) and how many queues it woke. The rows come as in
+-- jobs_insert. Keyed rows are inserted in key order, so two flushes never
+-- wait on each other crosswise.
 WITH input AS (
-    SELECT e.ord,
-           e.r ->> 0 AS kind,
-           e.r ->> 1 AS queue,
-           e.r -> 2 AS args,
-           (e.r ->> 3)::smallint AS priority,
-           (e.r ->> 4)::smallint AS max_attempts,
-           (e.r ->> 5)::smallint AS max_crashes,
-           coalesce((e.r ->> 6)::timestamptz, now()) AS run_at,
-           CASE WHEN e.r ->> 7 IS NOT NULL
-                THEN ARRAY(SELECT jsonb_array_elements_text(e.r -> 7)) END AS tags,
-           nullif(e.r -> 8, 'null'::jsonb) AS metadata,
-           decode(e.r ->> 9, 'hex') AS unique_key,
-           (e.r ->> 10)::smallint AS unique_states,
-           (e.r ->> 11)::integer AS timeout_ms,
-           (e.r ->> 12)::timestamptz AS deadline_at
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(r, ord)
+    SELECT r.ordinality AS ord, r.kind, r.queue, r.args, r.priority, r.max_attempts,
+           r.max_crashes, coalesce(r.run_at, now()) AS run_at, r.tags, r.metadata,
+           r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
+    FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), plain AS (
     -- Rows without a key cannot conflict: a plain insert, cheaper than the
     -- speculative one ON CONFLICT needs.
