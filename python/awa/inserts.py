@@ -14,6 +14,7 @@ and checks every job; nothing here talks to the database.
 from __future__ import annotations
 
 import datetime
+import difflib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -246,10 +247,12 @@ def add_job(
 def check_option_names(options: Iterable[str], where: str) -> None:
     if INSERT_OPTIONS.issuperset(options):  # no set built: follow-ups check per job
         return
-    unknown = set(options) - INSERT_OPTIONS
+    unknown = sorted(set(options) - INSERT_OPTIONS, key=str)
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), INSERT_OPTIONS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValidationError(
-            f"{where}: unknown options {sorted(unknown)} (known: {sorted(INSERT_OPTIONS)})", where
+            f"{where}: unknown options {unknown}{hint} (known: {sorted(INSERT_OPTIONS)})", where
         )
 
 

@@ -299,7 +299,10 @@ impl InsertRows {
             let set = option_set(&mut option_sets, &options, &refusal)?;
             let resolution = resolution(py, &mut resolutions, resolve, &args, set)?;
             if let Some(check) = &resolution.check {
-                check.bind(py).call1((&args,))?;
+                check
+                    .bind(py)
+                    .call1((&args,))
+                    .map_err(|err| with_position(py, err, &prefix))?;
             }
             let input = JobInput {
                 kind: resolution.kind.clone(),
@@ -328,6 +331,27 @@ impl InsertRows {
             .into_iter()
             .map(|seen| (seen.kind, seen.args_type))
             .collect())
+    }
+}
+
+/// A `ValidationError` from a per-job check, its message prefixed with the
+/// job's position in a batch (`jobs[3].args.to: …`); other errors as they are.
+fn with_position(py: Python<'_>, err: PyErr, prefix: &str) -> PyErr {
+    if prefix.is_empty() || !err.is_instance_of::<ValidationError>(py) {
+        return err;
+    }
+    let value = err.value(py);
+    let message = value.str().map(|text| text.to_string());
+    let field = value
+        .getattr("field")
+        .and_then(|field| field.extract::<Option<String>>());
+    match (message, field) {
+        (Ok(message), Ok(field)) => {
+            let positioned = ValidationError::new_err((format!("{prefix}{message}"), field));
+            positioned.set_cause(py, Some(err));
+            positioned
+        }
+        _ => err,
     }
 }
 

@@ -96,8 +96,9 @@ async def test_a_dict_for_a_registered_model_is_validated_before_sql(client):
     assert raised.value.field == "args.to"
     assert "do not validate as SendEmail, the arguments of kind 'send_email'" in str(raised.value)
     assert "args.to: Input should be a valid string" in str(raised.value)
-    with pytest.raises(awa.ValidationError, match=r"args\.to"):
+    with pytest.raises(awa.ValidationError, match=r"^jobs\[1\]\.args: do not validate") as batch:
         await client.insert_many([{"to": "a"}, {}], kind="send_email")
+    assert batch.value.field == "args.to"
     assert await client.count_by_state() == {}
     good = await client.insert({"to": "z"}, kind="send_email")
     assert good.args == {"to": "z"}  # decoded as given; the worker decodes it as SendEmail
@@ -250,6 +251,38 @@ async def test_unknown_per_job_options_are_refused(client):
     with pytest.raises(awa.ValidationError) as raised:
         await client.insert_many([{"a": 1}], kind="k", opts=[{"prio": 1}])
     assert raised.value.field == "opts[0]"
+
+
+async def test_an_unknown_option_is_refused_by_name_with_a_suggestion(client, conn):
+    with pytest.raises(awa.ValidationError, match=r"\['priorty'\] \(did you mean 'priority'\?\)"):
+        await client.insert({"a": 1}, kind="k", priorty=1)  # type: ignore[call-arg]
+    with pytest.raises(awa.ValidationError, match="unique_opts: COPY cannot skip duplicates"):
+        await client.enqueue_many_copy([{"a": 1}], kind="k", unique_opts={})  # type: ignore[call-arg]
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
+
+
+async def test_a_batch_of_mixed_argument_types_resolves_each_type_and_overrides(client):
+    @client.task(SendEmail, queue="email")
+    async def send(job):
+        return None
+
+    @client.task(ResizeImage, queue="images")
+    async def resize(job):
+        return None
+
+    jobs = await client.insert_many(
+        [SendEmail(to="a"), ResizeImage("p", 1), {"to": "b"}, SendEmail(to="c")],
+        opts=[None, {"priority": 1}, {"kind": "send_email", "tags": ["dict"]}, {"queue": "vip"}],
+        max_attempts=3,
+    )
+    assert [(j.kind, j.queue, j.priority, j.max_attempts, j.tags) for j in jobs] == [
+        ("send_email", "email", 2, 3, []),
+        ("resize_image", "images", 1, 3, []),
+        ("send_email", "email", 2, 3, ["dict"]),
+        ("send_email", "vip", 2, 3, []),
+    ]
+    # One kind given arguments of two types decodes as its task says.
+    assert jobs[0].args == SendEmail(to="a") and jobs[2].args == SendEmail(to="b")
 
 
 async def test_insert_many_copy_returns_the_jobs(client):
