@@ -54,8 +54,12 @@ _DATABASE_NUMBERS = itertools.count(1)
 # Workloads in the order of the groups; within a group, systems take turns.
 CASES = [(workload, system) for workload in WORKLOADS for system in SYSTEMS]
 
-# Any other timer would count the driver subprocess's whole life.
-pytestmark = pytest.mark.benchmark(timer=driver_clock.read)
+pytestmark = [
+    # Any other timer would count the driver subprocess's whole life.
+    pytest.mark.benchmark(timer=driver_clock.read),
+    # Every round may take a driver's whole timeout; a peer's virtualenv is built on first use.
+    pytest.mark.timeout(DRIVER_TIMEOUT_S * ROUNDS + 300),
+]
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ def quick_mode() -> bool:
 
 def rounds() -> int:
     """Driver runs per benchmark, each in a fresh database (``AWA_BENCH_ROUNDS``)."""
-    default = "1" if quick_mode() else "3"
+    default = "2" if quick_mode() else "3"
     return int(os.environ.get("AWA_BENCH_ROUNDS", default))
 
 
