@@ -379,6 +379,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=50, help="worker max_workers (50)")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to start the rest")
     parser.add_argument(
+        "--all-rates", action="store_true", help="go on past the first rate not kept up"
+    )
+    parser.add_argument(
         "--out", default=None, help="results file (default results/latency-<time>.json)"
     )
     return parser.parse_args(argv)
