@@ -116,7 +116,7 @@ $(LATENCY_VENV)/.installed: benches/latency/requirements-plot.txt
 	$(LATENCY_VENV)/bin/python -m pip install --quiet -r benches/latency/requirements-plot.txt
 	cp benches/latency/requirements-plot.txt $@
 
-bench-latency: $(STAMP) $(LATENCY_VENV)/.installed ## Insert-commit to handler-start latency at rising offered rates, 60 s each; plots $(LATENCY_PNG) (LATENCY_ARGS="--duration 5": smoke)
+bench-latency: $(STAMP) $(LATENCY_VENV)/.installed ## Insert-commit to handler-start latency at rising offered rates, 60 s each, plotted to docs/img (LATENCY_ARGS="--duration 5": smoke)
 	@results=$$($(BIN)/python benches/latency/latency.py $(LATENCY_ARGS)) && \
 	$(LATENCY_VENV)/bin/python benches/latency/plot.py $$results $(LATENCY_PNG)
 
