@@ -11,7 +11,7 @@ RUST_VERSION := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 NEED_CARGO = @command -v cargo >/dev/null 2>&1 || { echo "awa: building the Rust core needs Rust $(RUST_VERSION) or newer and no cargo is on PATH; install Rust with rustup (https://rustup.rs), then run make again" >&2; exit 1; }
 
 .DEFAULT_GOAL := help
-.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format demo bench bench-peers clean
+.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format demo bench bench-peers bench-compare bench-baseline bench-latency clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -84,6 +84,41 @@ bench: $(STAMP) ## Time the core benchmarks (pytest-benchmark)
 
 bench-peers: $(STAMP) ## Side by side with awa-pg, pgqueuer, procrastinate, a plain-SQL floor (and AWA_BASELINE_PYTHON's awa)
 	$(BIN)/python benches/peers/run.py --awa-python $(BIN)/python
+
+# The peer workloads as pytest-benchmark groups (benches/compare). AWA_BENCH_QUICK=1
+# runs run.py's --quick sizes; each size has its own baseline in benches/baselines.
+COMPARE_MODE     := $(if $(filter-out 0,$(AWA_BENCH_QUICK)),quick,full)
+COMPARE_BASELINE ?= benches/baselines/compare-$(COMPARE_MODE).json
+COMPARE_REPORT   := benches/compare/results/compare-$(COMPARE_MODE)-latest.json
+COMPARE_PYTEST    = $(BIN)/python -m pytest benches/compare/bench_compare.py -p no:cacheprovider \
+	--benchmark-enable --benchmark-only --benchmark-sort=name \
+	--benchmark-columns=min,median,max,rounds
+
+bench-compare: $(STAMP) ## Peer workloads side by side against benches/baselines (AWA_BENCH_QUICK=1: ~3 min); fails if awa-queue is >10 % slower
+	@test -f $(COMPARE_BASELINE) || { echo "no baseline $(COMPARE_BASELINE): make bench-baseline makes one (AWA_BENCH_QUICK=1 compares against the quick one)" >&2; exit 1; }
+	@mkdir -p $(dir $(COMPARE_REPORT))
+	@status=0; \
+	$(COMPARE_PYTEST) --benchmark-compare=$(COMPARE_BASELINE) --benchmark-json=$(COMPARE_REPORT) || status=1; \
+	$(BIN)/python benches/compare/check_regression.py $(COMPARE_BASELINE) $(COMPARE_REPORT) --system awa_queue --max-regression 10 || status=1; \
+	exit $$status
+
+bench-baseline: $(STAMP) ## Measure the peer workloads and write them as the new baseline (benches/baselines/compare-<mode>.json)
+	$(COMPARE_PYTEST) --benchmark-json=$(COMPARE_BASELINE)
+
+# Latency under load (benches/latency): the sweep runs in .venv, the plot in a
+# venv of its own with matplotlib, so the project's install stays lean.
+LATENCY_VENV ?= benches/latency/.venv
+LATENCY_ARGS ?=
+LATENCY_PNG  ?= docs/img/latency-curve.png
+
+$(LATENCY_VENV)/.installed: benches/latency/requirements-plot.txt
+	$(PYTHON) -m venv $(LATENCY_VENV)
+	$(LATENCY_VENV)/bin/python -m pip install --quiet -r benches/latency/requirements-plot.txt
+	cp benches/latency/requirements-plot.txt $@
+
+bench-latency: $(STAMP) $(LATENCY_VENV)/.installed ## Insert-commit to handler-start latency at rising offered rates, 60 s each, plotted to docs/img (LATENCY_ARGS="--duration 5": smoke)
+	@results=$$($(BIN)/python benches/latency/latency.py $(LATENCY_ARGS)) && \
+	$(LATENCY_VENV)/bin/python benches/latency/plot.py $$results $(LATENCY_PNG)
 
 clean: ## Remove the virtualenv and build outputs
 	rm -rf $(VENV) target .pytest_cache .ruff_cache .mypy_cache
