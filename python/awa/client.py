@@ -1057,7 +1057,11 @@ class AsyncClient:
             )
         await db.require_schema()
         worker = Worker(db, self._lifecycle, config)
-        await worker.start()
+        try:
+            await worker.start()
+        except BaseException:
+            await worker.abort_start()
+            raise
         self._worker = worker
 
     async def shutdown(self, timeout: float = 30.0) -> None:

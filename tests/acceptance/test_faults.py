@@ -290,3 +290,28 @@ async def test_a_service_that_cannot_recover_makes_the_worker_unhealthy(restrict
             beats = worker.heartbeat.beats
             await asyncio.sleep(0.5)
             assert worker.heartbeat.beats == beats
+
+
+async def test_a_worker_whose_start_up_reads_are_refused_starts_and_stops_cleanly(
+    restricted, conn, caplog
+):
+    # The start-up lines read the schema version after the services run: a
+    # refusal there once failed start() and left them running, so closing
+    # the client waited for ever on the connection the notifier held.
+    role, url = restricted
+    client = awa.AsyncClient(url)
+
+    @client.task(dict, kind="noted", queue="noted")
+    async def noted(job):
+        return None
+
+    await (await client._database()).require_schema()
+    await conn.execute(f'REVOKE ALL ON awa.schema_migrations FROM "{role.name}"')
+    try:
+        await client.start([("noted", 1)], **FAST_WORKER)
+        assert "could not read where it is connected (InsufficientPrivilegeError" in caplog.text
+        job = await client.insert({"n": 1}, kind="noted")
+        await wait_for_state(conn, job.id, "completed")
+    finally:
+        await conn.execute(f'GRANT ALL ON awa.schema_migrations TO "{role.name}"')
+        await asyncio.wait_for(client.close(), 30)

@@ -109,13 +109,35 @@ class Worker:
         self._started = True
         await self._say_where(worker_id, hostname, pid)
 
+    async def abort_start(self) -> None:
+        """Undoes a :meth:`start` that raised: its services are cancelled and
+        its heartbeat thread stopped, so none outlives the pool it uses (the
+        rescuer returns anything it claimed)."""
+        self._stopped = True
+        await self._supervisor.cancel_all()
+        heartbeat = getattr(self, "heartbeat", None)
+        if heartbeat is not None:
+            await asyncio.to_thread(heartbeat.stop)
+
     async def _say_where(self, worker_id: int, hostname: str, pid: int) -> None:
         """The start-up lines: where this worker is connected, what it
-        serves, and queues no registered task uses (a typo serves nothing)."""
-        config = self.config
-        server = await self.db.fetchrow("workers_server")
+        serves, and queues no registered task uses (a typo serves nothing).
+        Best effort: the worker runs already, and a database that refuses
+        these reads (privileges taken away, the server going down) is the
+        services' to report and survive, not a reason to fail the start."""
+        try:
+            server = await self.db.fetchrow("workers_server")
+            version = await self.db.schema_version()
+        except Exception as error:  # noqa: BLE001 - reported; the services carry on
+            log.warning(
+                "worker %d started on %s pid %d, but could not read where it is connected "
+                "(%s: %s)",
+                worker_id, hostname, pid, type(error).__name__, error,
+            )  # fmt: skip
+            self._warn_unused_queues()
+            return
         assert server is not None  # the query returns one row
-        version = await self.db.schema_version()
+        config = self.config
         log.info(
             "worker %d started on %s pid %d, connected to %s:%s database %s as %s "
             "(schema version %s); queues %s; at most %d jobs at once",
@@ -123,8 +145,11 @@ class Worker:
             server["role"], version,
             ", ".join(f"{name}={slots}" for name, slots in config.queues), config.total_slots,
         )  # fmt: skip
+        self._warn_unused_queues()
+
+    def _warn_unused_queues(self) -> None:
         used = {task.queue for task in self.registry.by_kind.values()}
-        for name, _ in config.queues:
+        for name, _ in self.config.queues:
             if name not in used:
                 log.warning(
                     "queue %r is served, but no registered task uses it (tasks use %s); "
