@@ -14,6 +14,7 @@ import pydantic
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from awa import _core
+from awa.inserts import InsertOpts
 
 NOW_US = 1_796_056_431_000_000  # 2026-11-30T16:33:51Z
 NOW_S = 1_000.0
@@ -84,8 +85,22 @@ LARGE_DOCUMENT: dict[str, Any] = {
 }
 
 
+OPTIONS = InsertOpts(
+    kind="send_email",
+    queue="email",
+    max_crashes=5,
+    max_crashes_from_queue=False,
+    tags=["shipping"],
+    metadata={"trace": "t"},
+)
+
+
+def as_given(args: object, kind: object, queue: object) -> tuple[object, object, None, None]:
+    return kind, queue, None, None
+
+
 def add_job(rows: _core.InsertRows, args: object) -> None:
-    rows.add(args, "send_email", "email", 2, 25, 5, None, ["shipping"], {"trace": "t"})
+    rows.add_many([args], OPTIONS, as_given, now_us=NOW_US)
 
 
 def test_bench_encode_typical_args(benchmark: BenchmarkFixture) -> None:
@@ -133,10 +148,21 @@ def test_bench_insert_rows_add_one_job(benchmark: BenchmarkFixture) -> None:
     assert len(rows) == 1
 
 
+def test_bench_insert_rows_add_1000_models_in_one_call(benchmark: BenchmarkFixture) -> None:
+    models = [SHIPMENT] * 1_000
+
+    def add_all() -> _core.InsertRows:
+        rows = _core.InsertRows(1_000)
+        rows.add_many(models, OPTIONS, as_given, now_us=NOW_US, batch=True)
+        return rows
+
+    rows = benchmark(add_all)
+    assert len(rows) == 1_000
+
+
 def test_bench_copy_text_for_1000_rows(benchmark: BenchmarkFixture) -> None:
     rows = _core.InsertRows(1_000)
-    for _ in range(1_000):
-        add_job(rows, TYPICAL_ARGS)
+    rows.add_many([TYPICAL_ARGS] * 1_000, OPTIONS, as_given, now_us=NOW_US, batch=True)
     text = benchmark(rows.copy_text, NOW_US)
     lines = text.decode().splitlines()
     assert len(lines) == 1_000
