@@ -60,7 +60,7 @@ from awa.databases import create_database, drop_database, scratch_name, with_dat
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benches" / "peers" / "drivers"))
-import common  # noqa: E402 - the peer drivers' measuring helpers
+import common  # noqa: E402, I001 - the peer drivers' measuring helpers
 
 
 #: The soak's no-op app (benches/soak/app.py), which the fleet runs.
@@ -102,16 +102,32 @@ def configs(text: str) -> list[Config]:
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", default=os.environ.get("AWA_BENCH_ADMIN_URL"),
-                        help="a superuser URL of the server (default: AWA_BENCH_ADMIN_URL)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("AWA_BENCH_ADMIN_URL"),
+        help="a superuser URL of the server (default: AWA_BENCH_ADMIN_URL)",
+    )
     parser.add_argument("--jobs", type=int, default=60_000, help="no-op jobs per configuration")
-    parser.add_argument("--configs", type=configs, default=configs("1x50,2x50,4x50,4x13"),
-                        help="processes x slots, comma-separated")
+    parser.add_argument(
+        "--configs",
+        type=configs,
+        default=configs("1x50,2x50,4x50,4x13"),
+        help="processes x slots, comma-separated",
+    )
     parser.add_argument("--runs", type=int, default=1, help="runs of each configuration")
-    parser.add_argument("--cores", type=float, default=float(os.cpu_count() or 1),
-                        help="cores of the box, for the limit (default: this machine's)")
-    parser.add_argument("--worker-settings", type=json.loads, default={}, metavar="JSON",
-                        help='worker settings for every process, e.g. \'{"claim_batch_size": 13}\'')
+    parser.add_argument(
+        "--cores",
+        type=float,
+        default=float(os.cpu_count() or 1),
+        help="cores of the box, for the limit (default: this machine's)",
+    )
+    parser.add_argument(
+        "--worker-settings",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help="worker settings for every process, e.g. '{\"claim_batch_size\": 13}'",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up a drain after this")
     parser.add_argument("--output", type=Path, help="the JSON result")
     opts = parser.parse_args(argv)
@@ -192,7 +208,9 @@ class Fleet:
         children's stop lines."""
         totals = [0, 0, 0, 0]
         for match in STOP_LINE.finditer(self.log_path.read_text(errors="replace")):
-            totals = [total + int(value) for total, value in zip(totals, match.groups())]
+            totals = [
+                total + int(value) for total, value in zip(totals, match.groups(), strict=True)
+            ]
         jobs, claims, outcomes, writes = totals
         return {
             "jobs_per_claim": round(jobs / claims, 2) if claims else None,
@@ -213,7 +231,9 @@ def cpu_ticks(pids: list[int]) -> int:
 # ── one measurement ──────────────────────────────────────────────────────
 
 
-async def measure(server_url: str, config: Config, opts: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+async def measure(
+    server_url: str, config: Config, opts: argparse.Namespace, log_dir: Path
+) -> dict[str, Any]:
     name = scratch_name("awa_scale")
     await create_database(server_url, name)
     url = with_database(server_url, name)
@@ -223,7 +243,9 @@ async def measure(server_url: str, config: Config, opts: argparse.Namespace, log
         await drop_database(server_url, name)
 
 
-async def _measure(url: str, config: Config, opts: argparse.Namespace, log_path: Path) -> dict[str, Any]:
+async def _measure(
+    url: str, config: Config, opts: argparse.Namespace, log_path: Path
+) -> dict[str, Any]:
     async with awa.AsyncClient(url) as client:
         await client.migrate()
         await client.enqueue_many_copy([{}] * opts.jobs, kind=KIND, queue=QUEUE)
@@ -236,7 +258,9 @@ async def _measure(url: str, config: Config, opts: argparse.Namespace, log_path:
         await gate.execute("BEGIN; LOCK TABLE awa.jobs IN EXCLUSIVE MODE")
         fleet = await Fleet.start(url, config, opts.worker_settings, log_path)
         # With --processes 1 the command itself is the worker: count it once.
-        pids = list(dict.fromkeys([fleet.process.pid, *await fleet.wait_ready(monitor.conn, config)]))
+        pids = list(
+            dict.fromkeys([fleet.process.pid, *await fleet.wait_ready(monitor.conn, config)])
+        )
         commits_before = await monitor.conn.fetchval(COMMITS_SQL)
         pg_before, workers_before = monitor.postgres_cpu(), cpu_ticks(pids)
         started = time.perf_counter()
@@ -319,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = median_by_config(results)
     report = {
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(opts).items()
-                    if k not in {"configs", "database_url"}},
+        "options": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in vars(opts).items()
+            if k not in {"configs", "database_url"}
+        },
         "configs": [config.label for config in opts.configs],
         "medians": rows,
         "runs": results,
