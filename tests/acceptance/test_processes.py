@@ -177,3 +177,18 @@ async def test_a_child_that_dies_makes_the_parent_exit_non_zero_and_name_it(
     remaining = await ledger.fetch("SELECT id FROM awa.workers")
     assert [row["id"] for row in remaining] == [victim["id"]]
     assert gone(survivor["pid"])
+
+
+async def test_sigterm_while_the_children_start_still_stops_cleanly(ledger, tmp_path, database_url):
+    write_app(tmp_path, database_url)
+    process = await start_parent(tmp_path, processes=3)
+    try:
+        assert process.stderr is not None
+        line = await asyncio.wait_for(process.stderr.readline(), 30)
+        assert b"started 3 worker processes" in line, line
+        process.send_signal(signal.SIGTERM)  # the children are still importing, or just serving
+        code, err = await finish(process)
+    finally:
+        await stop(process)
+    assert code == 0, err
+    assert await ledger.fetchval("SELECT count(*) FROM awa.workers") == 0

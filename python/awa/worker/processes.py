@@ -14,8 +14,9 @@ State model: ``running`` → (SIGINT/SIGTERM to the parent, or any child
 exits on its own) → ``stopping``: every child still running gets SIGTERM
 and ``stop_timeout_s`` to shut down gracefully, after which it is killed
 (its jobs are then rescued like any dead worker's). The parent exits 0 when
-every child exited 0, else 1 and names each child that did not, with its
-exit status or the signal that killed it.
+every child exited 0 (or, asked to stop before it served, died of that
+signal), else 1 and names each child that did not, with its exit status or
+the signal that killed it.
 
 Failure handling: a child that dies takes the others down with it, loudly
 (nothing here restarts children yet, and a parent serving with one process
@@ -48,6 +49,9 @@ FORWARDED_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 #: Exit status of the parent when a child exited non-zero (or was killed).
 EXIT_CHILD_FAILED: Final = 1
 _PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
+#: How a child ends that gets SIGINT or SIGTERM before it handles them:
+#: killed by SIGTERM, or status 130 (the CLI's KeyboardInterrupt).
+_DIED_OF_STOP_SIGNAL: Final = frozenset({-signal.SIGTERM, -signal.SIGINT, 130})
 
 
 @dataclass(slots=True)
@@ -216,9 +220,16 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def stopped_cleanly(child: Child) -> bool:
+    """Exited 0; or was asked to stop and died of that signal, which only a
+    child not yet serving (no handlers installed, so no jobs) can."""
+    code = child.process.returncode
+    return code == 0 or (child.asked_to_stop and code in _DIED_OF_STOP_SIGNAL)
+
+
 def exit_status(children: Sequence[Child]) -> int:
-    """0 when every child exited 0; else 1, having named each that did not."""
-    failed = [child for child in children if child.process.returncode != 0]
+    """0 when every child stopped cleanly; else 1, having named each that did not."""
+    failed = [child for child in children if not stopped_cleanly(child)]
     for child in failed:
         message = (
             f"awa: worker process {child.number} (pid {child.pid}) "
