@@ -112,15 +112,23 @@ async def start_child(command: Sequence[str], number: int) -> Child:
         *command,
         stdin=asyncio.subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=_die_with_parent(),
     )
     return Child(number, process)
 
 
-def _die_with_parent() -> None:
-    """In a child before exec: SIGTERM when the parent dies (Linux only)."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with_parent() -> Callable[[], None] | None:
+    """What a child runs before exec to get SIGTERM when the parent dies
+    (Linux only). ``prctl`` is looked up here, in the parent: between fork
+    and exec the child must not load anything."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None).prctl
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return set_death_signal
 
 
 def _forward_signals(children: list[Child], stop: asyncio.Event) -> Callable[[], None]:
