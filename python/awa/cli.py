@@ -25,10 +25,15 @@ from awa.client import AsyncClient
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
 from awa.job import Job
+from awa.worker import processes
 
 log = logging.getLogger("awa.cli")
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+#: How long, past ``--shutdown-timeout``, the parent of ``--processes N``
+#: waits for a child to stop before killing it: a child also writes its last
+#: outcomes, gives up leadership and deregisters after its handlers finish.
+CHILD_STOP_MARGIN_S = 30.0
 #: Exit status of a worker that stopped because a service could not recover.
 EXIT_UNHEALTHY = 1
 
@@ -36,6 +41,8 @@ EXIT_UNHEALTHY = 1
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(argv)
+    # What --processes N re-runs in each child.
+    options.argv = list(sys.argv[1:] if argv is None else argv)
     log_format.configure(logging.DEBUG if options.verbose else logging.INFO, options.log_format)
     try:
         return int(event_loop_runner(options.loop)(options.run(options)))
@@ -93,7 +100,16 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=MAX_WORKERS",
-        help="a queue and its concurrency (repeatable; default: every task's queue, 10 each)",
+        help="a queue and its concurrency in each worker process (repeatable; default: "
+        "every task's queue, 10 each)",
+    )
+    worker.add_argument(
+        "--processes",
+        type=process_count,
+        default=1,
+        metavar="N",
+        help="run N worker processes, each with every --queue's full concurrency "
+        "(default 1: this process is the worker)",
     )
     worker.add_argument(
         "--shutdown-timeout",
@@ -101,7 +117,12 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SHUTDOWN_TIMEOUT_S,
         help="seconds running jobs get to finish on shutdown",
     )
-    worker.add_argument("--migrate", action="store_true", help="migrate before starting")
+    worker.add_argument(
+        "--migrate",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="migrate before starting (once, before any of --processes starts)",
+    )
     worker.set_defaults(run=_worker)
 
     jobs = commands.add_parser("jobs", help="inspect jobs")
@@ -233,6 +254,25 @@ def _import_failure(module_name: str, error: BaseException) -> str:
     ).rstrip()
 
 
+def process_count(text: str) -> int:
+    """``--processes``: a whole number of at least 1 (argparse reports the
+    error and exits 2 otherwise)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {count}")
+    return count
+
+
+def child_command(argv: Sequence[str]) -> list[str]:
+    """The command each child of ``--processes N`` runs: this one, as a
+    single worker process that does not migrate (argparse keeps the last
+    value of an option given twice)."""
+    return [sys.executable, "-m", "awa", *argv, "--processes", "1", "--no-migrate"]
+
+
 def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:
     if not specs:
         return None
@@ -245,13 +285,20 @@ def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:
     return queues
 
 
-async def _worker(options: argparse.Namespace) -> int:
+def _worker_client(options: argparse.Namespace) -> AsyncClient:
     client = load_client(options.app)
     if client.embedded:
         raise ConfigurationError(
             f"{options.app} runs on a throwaway embedded server (embedded=True), which no "
             "other process can reach: give it a database URL for awa worker"
         )
+    return client
+
+
+async def _worker(options: argparse.Namespace) -> int:
+    if options.processes > 1:
+        return await _worker_processes(options)
+    client = _worker_client(options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -276,6 +323,22 @@ async def _worker(options: argparse.Namespace) -> int:
         print(f"awa: the worker stopped unhealthy: {worker.unhealthy_reason}", file=sys.stderr)
         return EXIT_UNHEALTHY
     return 0
+
+
+async def _worker_processes(options: argparse.Namespace) -> int:
+    """``--processes N``: checks the app here (one error rather than N),
+    migrates once if asked, then runs N children (awa.worker.processes)."""
+    client = _worker_client(options)
+    try:
+        if options.migrate:
+            await client.migrate()
+    finally:
+        await client.close()
+    return await processes.run_children(
+        child_command(options.argv),
+        options.processes,
+        stop_timeout_s=options.shutdown_timeout + CHILD_STOP_MARGIN_S,
+    )
 
 
 async def _jobs_show(options: argparse.Namespace) -> int:

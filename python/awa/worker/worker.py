@@ -270,10 +270,13 @@ class Worker:
         except Exception as error:  # noqa: BLE001 - the rescuer cleans up after us
             log.warning("could not remove worker row %s (%s)", self.worker_id, error)
         log.info(
-            "worker %d stopped: %d jobs run, %d outcomes written, %d stale",
+            "worker %d stopped: %d jobs run in %d claims, %d outcomes written in %d writes, "
+            "%d stale",
             self.worker_id,
             self.executor.finished,
+            self.producer.claims,
             self.completer.applied,
+            self.completer.flushes,
             self.completer.stale,
         )
 
