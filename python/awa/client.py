@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, overload
 import asyncpg
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine
-from awa.config import DEFAULT_MAX_WORKERS, positive_seconds, timeout_seconds, worker_config
+from awa.config import (
+    DEFAULT_MAX_CRASHES,
+    DEFAULT_MAX_WORKERS,
+    positive_seconds,
+    timeout_seconds,
+    worker_config,
+)
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, check_caller_connection, open_pool
 from awa.db import POOLER_MODES, Database, reset_if_changed
 from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
 from awa.inserts import (
     DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CRASHES,
     DEFAULT_PRIORITY,
     CopyInsertOptions,
     InsertOptions,

@@ -12,6 +12,9 @@ from typing import Any
 from awa.errors import ConfigurationError, ValidationError
 
 DEFAULT_MAX_WORKERS = 10
+#: Crashes (worker died mid-attempt) a job survives before it fails with
+#: ``crash_loop``. ``None`` means unbounded.
+DEFAULT_MAX_CRASHES = 5
 # Settings for which 0 means something (flush at once, keep nothing).
 _ZERO_ALLOWED = frozenset(
     {"flush_interval", "completed_retention", "cancelled_retention", "dead_letter_retention"}

@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PRIORITY: Final = 2
 DEFAULT_MAX_ATTEMPTS: Final = 25
-#: Crashes (worker died mid-attempt) a job survives before it fails with
-#: ``crash_loop``. ``None`` means unbounded.
-DEFAULT_MAX_CRASHES: Final = 5
 #: ``max_crashes`` left to the queue: the client's ``set_queue_defaults``
 #: for the job's queue, else :data:`DEFAULT_MAX_CRASHES`.
 QUEUE_DEFAULT: Final = "queue_default"

@@ -13,8 +13,8 @@ from typing import Any, get_origin
 import pydantic
 
 from awa import _core
+from awa.config import DEFAULT_MAX_CRASHES
 from awa.errors import ConfigurationError, ValidationError
-from awa.inserts import DEFAULT_MAX_CRASHES
 from awa.job import ArgsDecoder
 
 DEFAULT_QUEUE = "default"

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from awa import _core
-from awa.config import WorkerConfig
+from awa.config import DEFAULT_MAX_CRASHES, WorkerConfig
 from awa.db import Database
 from awa.errors import ConfigurationError
 from awa.followups import FollowUpStage
-from awa.inserts import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CRASHES, DEFAULT_PRIORITY, add_job
+from awa.inserts import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, add_job
 from awa.job import Job, JobState
 from awa.outcomes import Cancel, RetryAfter, Snooze
 from awa.tasks import Registry, decoder_for
