@@ -25,6 +25,7 @@ import json
 import statistics
 import time
 import uuid
+from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -243,6 +244,13 @@ class Layout:
     claim_sql: str
     complete_sql: str
     uses_ready_list: bool = False
+    # extra DDL that depends on the number of jobs (E: the id segments the
+    # leader would have created ahead of the id sequence)
+    setup_sql: Callable[[int], list[str]] | None = None
+    # how finished jobs are reclaimed once retention has passed (run after the
+    # drain, measured separately): E drops segments, the others delete rows
+    reclaim: str = "delete"
+    fillfactor: int = 100
 
 
 def layout_a() -> Layout:
@@ -313,6 +321,194 @@ def layout_d(fillfactor: int = 60) -> Layout:
         uses_ready_list=True)
 
 
+# --------------------------------------------------------------------------
+# Layout E: one row per job in id-range segments (partitions), every
+# transition a HOT update, claims guided by a per-lane frontier hint, finished
+# segments dropped whole. See docs/storage.md, "Layout E".
+# --------------------------------------------------------------------------
+
+E_SEGMENT = 10_000  # ids per segment; the leader keeps a few segments ahead
+
+E_SCHEMA_SQL = """
+CREATE SEQUENCE awa.jobs_id_seq;
+CREATE TABLE awa.jobs ({columns}) PARTITION BY RANGE (id);
+-- stragglers: live rows copied out of a segment when it is dropped
+CREATE TABLE awa.jobs_stragglers PARTITION OF awa.jobs DEFAULT
+    WITH (fillfactor = {ff}, autovacuum_enabled = false);
+-- Neither index covers a column that claim or completion writes, so every
+-- state transition can be a HOT update.
+ALTER TABLE awa.jobs ADD PRIMARY KEY (id);
+CREATE INDEX jobs_claim_idx ON awa.jobs (queue, priority, run_at, id);
+-- One row per (queue, priority) lane: everything of the lane before
+-- (hint_run_at, hint_id) has been claimed, as far as claimers know. Only a
+-- hint: a claim re-checks state under a row lock, so a stale hint costs
+-- scanning, never a double claim. gen is bumped by writers that lower it.
+CREATE TABLE awa.lanes (
+    queue       text        NOT NULL,
+    priority    smallint    NOT NULL,
+    hint_run_at timestamptz NOT NULL DEFAULT '-infinity',
+    hint_id     bigint      NOT NULL DEFAULT 0,
+    gen         bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, priority)
+) WITH (fillfactor = 50, autovacuum_enabled = false);
+INSERT INTO awa.lanes (queue, priority) VALUES ('bench', 1), ('bench', 2), ('bench', 3), ('bench', 4);
+"""
+
+E_CLAIM_FN_SQL = """
+CREATE FUNCTION awa.claim_e(q text, n int, w bigint)
+RETURNS TABLE (id bigint, run_lease bigint, kind text, args jsonb, attempt int,
+               max_attempts smallint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    l record;
+    got int;
+    want int := n;
+BEGIN
+    -- lanes in priority order, each from its frontier hint: the jobs taken
+    -- are the first available ones in (priority, run_at, id) order
+    FOR l IN SELECT ln.priority, ln.hint_run_at, ln.hint_id, ln.gen
+             FROM awa.lanes ln WHERE ln.queue = q ORDER BY ln.priority LOOP
+        RETURN QUERY
+        WITH c AS (
+            SELECT j.id FROM awa.jobs j
+            WHERE j.queue = q AND j.priority = l.priority
+              AND (j.run_at, j.id) > (l.hint_run_at, l.hint_id)
+              AND j.run_at <= now() AND j.state = 'available'
+            ORDER BY j.run_at, j.id
+            LIMIT want
+            FOR UPDATE SKIP LOCKED),
+        u AS (
+            UPDATE awa.jobs j
+            SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
+                attempted_at = now(), worker_id = w
+            FROM c WHERE j.id = c.id
+            RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
+        top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
+        h AS (
+            -- advance the hint unless another claimer holds the lane row
+            -- (never wait) or a writer lowered it since we read it (gen)
+            UPDATE awa.lanes ln SET hint_run_at = top.run_at, hint_id = top.id
+            FROM top
+            WHERE ln.ctid = (SELECT x.ctid FROM awa.lanes x
+                             WHERE x.queue = q AND x.priority = l.priority AND x.gen = l.gen
+                             FOR UPDATE SKIP LOCKED)
+              AND (top.run_at, top.id) > (ln.hint_run_at, ln.hint_id))
+        SELECT u.id, u.run_lease, u.kind, u.args, u.attempt, u.max_attempts FROM u;
+        GET DIAGNOSTICS got = ROW_COUNT;
+        want := want - got;
+        EXIT WHEN want <= 0;
+    END LOOP;
+END
+$fn$;
+"""
+
+# A writer that makes a job claimable behind the hint (rescue, a back-dated
+# run_at, a catch-up pass that found a late-committed row) lowers the hint in
+# its own transaction and bumps gen, so that no in-flight claimer can move the
+# hint back past it. $1 queue, $2 priority, $3 run_at, $4 id.
+E_LOWER_HINT_SQL = """
+UPDATE awa.lanes SET hint_run_at = $3, hint_id = $4, gen = gen + 1
+WHERE queue = $1 AND priority = $2 AND (hint_run_at, hint_id) >= ($3, $4)"""
+
+E_CLAIM_SQL = "SELECT * FROM awa.claim_e($1, $2, $3)"
+
+
+def e_segment_sql(lo: int, hi: int, ff: int) -> list[str]:
+    t = f"awa.jobs_s{lo // E_SEGMENT}"
+    return [
+        f"CREATE TABLE {t} (LIKE awa.jobs INCLUDING DEFAULTS)"
+        f" WITH (fillfactor = {ff}, autovacuum_enabled = false)",
+        # the CHECK lets ATTACH skip its validation scan of the new table
+        f"ALTER TABLE {t} ADD CONSTRAINT {t.split('.')[1]}_range"
+        f" CHECK (id >= {lo} AND id < {hi})",
+        f"ALTER TABLE awa.jobs ATTACH PARTITION {t} FOR VALUES FROM ({lo}) TO ({hi})",
+        f"ALTER TABLE {t} DROP CONSTRAINT {t.split('.')[1]}_range",
+    ]
+
+
+def e_setup(ff: int, ahead: int = 1):
+    def setup(n_jobs: int) -> list[str]:
+        out = []
+        n_segments = -(-n_jobs // E_SEGMENT) + ahead
+        for k in range(n_segments):
+            out += e_segment_sql(1 + k * E_SEGMENT, 1 + (k + 1) * E_SEGMENT, ff)
+        return out
+    return setup
+
+
+# Reclaim every segment whose rows are all removable: terminal and past their
+# retention (0 here). Rows that must stay (non-terminal, or within retention)
+# are copied into the default partition under the DETACH lock, keeping their
+# ids, so get_job and the run-lease guard keep working for them.
+E_RECLAIMABLE_SQL = """
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'awa.jobs'::regclass AND c.relname ~ '^jobs_s[0-9]+$'
+ORDER BY substring(c.relname from 7)::bigint"""
+E_KEEP_PREDICATE = ("state NOT IN ('completed', 'failed', 'cancelled')"
+                    " OR finalized_at > now() - $1::interval")
+
+
+async def e_rotate(conn: asyncpg.Connection, ff: int, ahead: int = 1) -> int:
+    """Leader step: seal the segment the id sequence is in by moving the
+    sequence to the next segment's first id (gaps in ids are fine), and keep
+    `ahead` empty segments attached beyond it. Returns the first id of the
+    open segment."""
+    last = await conn.fetchval("SELECT last_value FROM awa.jobs_id_seq")
+    open_lo = ((last - 1) // E_SEGMENT + 1) * E_SEGMENT + 1  # next segment boundary
+    await conn.execute(f"SELECT setval('awa.jobs_id_seq', {open_lo - 1})")
+    have = {int(r["relname"][len("jobs_s"):]) for r in await conn.fetch(E_RECLAIMABLE_SQL)}
+    for k in range(ahead + 1):
+        lo = open_lo + k * E_SEGMENT
+        if lo // E_SEGMENT not in have:
+            for stmt in e_segment_sql(lo, lo + E_SEGMENT, ff):
+                await conn.execute(stmt)
+    return open_lo
+
+
+async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timedelta(0),
+                    max_stragglers: int = 1000, ff: int = 70) -> dict:
+    """Leader step: rotate, then drop finished segments below the open one.
+
+    A sealed segment is dropped once at most max_stragglers of its rows must
+    stay; those are copied into the default partition first. (A real leader
+    also waits until every transaction that could still insert into a sealed
+    segment has ended; here the drain has finished.)"""
+    open_lo = await e_rotate(conn, ff)
+    dropped = moved = 0
+    for r in await conn.fetch(E_RECLAIMABLE_SQL):
+        lo = int(r["relname"][len("jobs_s"):]) * E_SEGMENT + 1
+        if lo >= open_lo:
+            break
+        t = f"awa.{r['relname']}"
+        keep = await conn.fetchval(
+            f"SELECT count(*) FROM {t} WHERE {E_KEEP_PREDICATE}", retention)
+        if keep > max_stragglers:
+            continue  # mostly live: leave it for a later pass
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '2s'")
+            await conn.execute(f"ALTER TABLE awa.jobs DETACH PARTITION {t}")
+            if keep:
+                status = await conn.execute(
+                    f"INSERT INTO awa.jobs SELECT * FROM {t} WHERE {E_KEEP_PREDICATE}",
+                    retention)
+                moved += int(status.split()[-1])
+            await conn.execute(f"DROP TABLE {t}")
+        dropped += 1
+    return {"segments_dropped": dropped, "stragglers_moved": moved}
+
+
+def layout_e(ff: int = 70, name: str = "E") -> Layout:
+    cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
+    return Layout(
+        name, f"id-range segments, HOT-only transitions, lane hints, segments dropped (fillfactor {ff})",
+        (E_SCHEMA_SQL.format(columns=cols, ff=ff), E_CLAIM_FN_SQL),
+        "awa.jobs", "awa.jobs", E_CLAIM_SQL,
+        complete_in_place_sql("awa.jobs"),
+        setup_sql=e_setup(ff), reclaim="drop_segments", fillfactor=ff)
+
+
 LAYOUTS = {
     "A": layout_a,
     "A2": layout_a2,
@@ -323,6 +519,8 @@ LAYOUTS = {
     "C": layout_c,
     "C100": lambda: layout_c(fillfactor=100, name="C100"),
     "D": layout_d,
+    "E": layout_e,
+    "E50": lambda: layout_e(ff=50, name="E50"),
 }
 
 # --------------------------------------------------------------------------
@@ -518,6 +716,8 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
         try:
             await ctl.execute("CREATE EXTENSION pg_walinspect")
             await create_schema(ctl, layout)
+            for stmt in (layout.setup_sql(n_jobs) if layout.setup_sql else []):
+                await ctl.execute(stmt)
             if checkpoint:
                 # Start each run right after a checkpoint so that no timed
                 # checkpoint lands inside the few seconds measured (which
@@ -528,6 +728,7 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
             result = await measure_drain(ctl, url, layout, mode, n_jobs, batch)
             completed = await ctl.fetchval(COUNT_COMPLETED_SQL.format(table=layout.done_table))
             assert completed == n_jobs, f"{layout.name}: {completed} of {n_jobs} completed"
+            result.update(await measure_reclaim(ctl, layout, n_jobs))
         finally:
             await ctl.close()
     finally:
@@ -568,7 +769,9 @@ async def measure_drain(ctl, url: str, layout: Layout, mode: str, n_jobs: int, b
         drain_wal_xact_b_job=rmgr("transaction") / n_jobs,
         drain_fpi_b_job=wal["wal_fpi"] / n_jobs,
         drain_wal_cluster_b_job=wal["wal_cluster"] / n_jobs,
-        dead_per_job=stats1["dead"] / n_jobs,
+        # dead tuples made: non-HOT updates + deletes (the issue's measure)
+        dead_per_job=((upd - hot) + (stats1["del"] - stats0["del"])) / n_jobs,
+        n_dead_tup_per_job=stats1["dead"] / n_jobs,
         hot_pct=100.0 * hot / upd if upd else 0.0,
         upd_per_job=upd / n_jobs,
         del_per_job=(stats1["del"] - stats0["del"]) / n_jobs,
@@ -576,6 +779,53 @@ async def measure_drain(ctl, url: str, layout: Layout, mode: str, n_jobs: int, b
         cpu_ms_job=1000.0 * (cpu1 - cpu0) / n_jobs,
         heap_b_job=size["heap"] / n_jobs,
         index_b_job=size["index"] / n_jobs,
+    )
+
+
+REL_STATS_SQL = """
+SELECT relid, schemaname, n_tup_upd - n_tup_hot_upd + n_tup_del AS dead_made
+FROM pg_stat_all_tables
+WHERE schemaname IN ('awa', 'pg_catalog', 'pg_toast')"""
+
+
+async def rel_dead_made(conn: asyncpg.Connection) -> dict[int, tuple[str, int]]:
+    await asyncio.sleep(STATS_FLUSH_WAIT_S)
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return {r["relid"]: (r["schemaname"], r["dead_made"]) for r in await conn.fetch(REL_STATS_SQL)}
+
+
+async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int) -> dict:
+    """Remove the finished jobs the way the layout would once retention passed.
+
+    A-D delete finished rows (awa's retention pruning today); E drops whole
+    segments. Dead tuples made are counted per relation that still exists
+    afterwards (a dropped segment takes its counters with it, and had no
+    deletes), in the awa schema and, separately, in the system catalogs
+    (DDL: pg_class, pg_attribute, ... rows of the dropped segment)."""
+    before = await rel_dead_made(ctl)
+    lsn0 = await wal_start(ctl)
+    t0 = time.perf_counter()
+    if layout.reclaim == "drop_segments":
+        info = await e_reclaim(ctl, ff=layout.fillfactor)
+    else:
+        status = await ctl.execute(
+            f"DELETE FROM {layout.done_table} WHERE state = 'completed'"
+            " AND finalized_at < now() - interval '0 s'")
+        info = {"segments_dropped": 0, "stragglers_moved": 0, "rows_deleted": int(status.split()[-1])}
+    seconds = time.perf_counter() - t0
+    wal = await wal_since(ctl, lsn0)
+    after = await rel_dead_made(ctl)
+    made = {"awa": 0, "catalog": 0}
+    for relid, (schema, dead) in after.items():
+        delta = dead - before.get(relid, (schema, 0))[1]
+        made["awa" if schema == "awa" else "catalog"] += delta
+    return dict(
+        reclaim_how="drop segments" if layout.reclaim == "drop_segments" else "DELETE rows",
+        reclaim_ms=1000.0 * seconds,
+        reclaim_wal_b_job=(wal["wal"] - wal["wal_fpi"]) / n_jobs,
+        reclaim_dead_per_job=made["awa"] / n_jobs,
+        reclaim_catalog_dead=made["catalog"],
+        **info,
     )
 
 # --------------------------------------------------------------------------
@@ -605,10 +855,24 @@ def summary_table(results: list[dict], layouts: list[str]) -> str:
     return "\n".join(lines)
 
 
+def reclaim_table(results: list[dict], layouts: list[str]) -> str:
+    """Retention step after the drain: row deletes (A-D) or segment drops (E)."""
+    lines = ["| layout | how | ms (whole step) | WAL B/job | dead tuples/job (awa) | "
+             "catalog dead tuples (whole step) | segments dropped | stragglers moved |",
+             "|---" * 8 + "|"]
+    for name in layouts:
+        m = lambda key: median_of(results, name, key)  # noqa: E731
+        how = next(r.get("reclaim_how", "") for r in results if r["layout"] == name)
+        lines.append(f"| {name} | {how} | {m('reclaim_ms'):,.1f} | {m('reclaim_wal_b_job'):,.0f} | "
+                     f"{m('reclaim_dead_per_job'):.2f} | {m('reclaim_catalog_dead'):,.0f} | "
+                     f"{m('segments_dropped'):.0f} | {m('stragglers_moved'):.0f} |")
+    return "\n".join(lines)
+
+
 def detail_table(results: list[dict], layouts: list[str]) -> str:
     cols = ["drain_wal_heap_b_job", "drain_wal_btree_b_job", "drain_wal_xact_b_job",
             "drain_fpi_b_job", "drain_wal_cluster_b_job", "upd_per_job", "del_per_job",
-            "ins_per_job", "heap_b_job", "index_b_job"]
+            "ins_per_job", "n_dead_tup_per_job", "heap_b_job", "index_b_job"]
     lines = ["| layout | drain | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name in layouts:
         for mode in DRAINS:
@@ -657,6 +921,8 @@ async def main() -> None:
           "only, without full-page images (those depend on checkpoint timing and are in\n"
           "drain_fpi_b_job); PG CPU is the drain connections' own backends\n")
     print(summary_table(results, layouts))
+    print()
+    print(reclaim_table(results, layouts))
     print()
     print(detail_table(results, layouts))
 
