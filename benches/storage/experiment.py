@@ -358,10 +358,17 @@ E_CLAIM_FN_SQL = """
 CREATE FUNCTION awa.claim_e(q text, n int, w bigint)
 RETURNS TABLE (id bigint, run_lease bigint, kind text, args jsonb, attempt int,
                max_attempts smallint)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Generic plans: with the hint's literal values the planner estimates ~1 row
+-- past the frontier and would rather read every row past the hint in every
+-- segment and sort them (the whole backlog, per claim) than merge the
+-- segments' claim indexes in order and stop after `want` rows.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 DECLARE
     l record;
+    ids bigint[];
     got int;
     want int := n;
 BEGIN
@@ -369,20 +376,23 @@ BEGIN
     -- are the first available ones in (priority, run_at, id) order
     FOR l IN SELECT ln.priority, ln.hint_run_at, ln.hint_id, ln.gen
              FROM awa.lanes ln WHERE ln.queue = q ORDER BY ln.priority LOOP
-        RETURN QUERY
-        WITH c AS (
+        -- lock the best available rows; a concurrent claimer skips them, and
+        -- the state test is re-checked on the locked (latest) row version
+        ids := ARRAY(
             SELECT j.id FROM awa.jobs j
             WHERE j.queue = q AND j.priority = l.priority
               AND (j.run_at, j.id) > (l.hint_run_at, l.hint_id)
               AND j.run_at <= now() AND j.state = 'available'
             ORDER BY j.run_at, j.id
             LIMIT want
-            FOR UPDATE SKIP LOCKED),
-        u AS (
+            FOR UPDATE OF j SKIP LOCKED);
+        CONTINUE WHEN cardinality(ids) = 0;
+        RETURN QUERY
+        WITH u AS (
             UPDATE awa.jobs j
             SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
                 attempted_at = now(), worker_id = w
-            FROM c WHERE j.id = c.id
+            FROM unnest(ids) c(id) WHERE j.id = c.id
             RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
         top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
         h AS (
@@ -499,7 +509,7 @@ async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timed
     return {"segments_dropped": dropped, "stragglers_moved": moved}
 
 
-def layout_e(ff: int = 70, name: str = "E") -> Layout:
+def layout_e(ff: int = 50, name: str = "E") -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
         name, f"id-range segments, HOT-only transitions, lane hints, segments dropped (fillfactor {ff})",
@@ -520,7 +530,9 @@ LAYOUTS = {
     "C100": lambda: layout_c(fillfactor=100, name="C100"),
     "D": layout_d,
     "E": layout_e,
-    "E50": lambda: layout_e(ff=50, name="E50"),
+    # fillfactor variants of E (E itself is 50)
+    "E40": lambda: layout_e(ff=40, name="E40"),
+    "E70": lambda: layout_e(ff=70, name="E70"),
 }
 
 # --------------------------------------------------------------------------
