@@ -416,10 +416,11 @@ $fn$;
 # A writer that makes a job claimable behind the hint (rescue, a back-dated
 # run_at, a catch-up pass that found a late-committed row) lowers the hint in
 # its own transaction and bumps gen, so that no in-flight claimer can move the
-# hint back past it. $1 queue, $2 priority, $3 run_at, $4 id.
+# hint back past it. $1 queue, $2 priority, $3 run_at, $4 id of the job that
+# must be claimable (claims take keys strictly after the hint).
 E_LOWER_HINT_SQL = """
-UPDATE awa.lanes SET hint_run_at = $3, hint_id = $4, gen = gen + 1
-WHERE queue = $1 AND priority = $2 AND (hint_run_at, hint_id) >= ($3, $4)"""
+UPDATE awa.lanes SET hint_run_at = $3, hint_id = $4 - 1, gen = gen + 1
+WHERE queue = $1 AND priority = $2 AND (hint_run_at, hint_id) >= ($3, $4 - 1)"""
 
 E_CLAIM_SQL = "SELECT * FROM awa.claim_e($1, $2, $3)"
 
@@ -509,7 +510,7 @@ async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timed
     return {"segments_dropped": dropped, "stragglers_moved": moved}
 
 
-def layout_e(ff: int = 50, name: str = "E") -> Layout:
+def layout_e(ff: int = 40, name: str = "E") -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
         name, f"id-range segments, HOT-only transitions, lane hints, segments dropped (fillfactor {ff})",
@@ -530,8 +531,8 @@ LAYOUTS = {
     "C100": lambda: layout_c(fillfactor=100, name="C100"),
     "D": layout_d,
     "E": layout_e,
-    # fillfactor variants of E (E itself is 50)
-    "E40": lambda: layout_e(ff=40, name="E40"),
+    # fillfactor variants of E (E itself is 40)
+    "E50": lambda: layout_e(ff=50, name="E50"),
     "E70": lambda: layout_e(ff=70, name="E70"),
 }
 
@@ -720,7 +721,7 @@ DRAINS = {"seq": drain_sequential, "pipe": drain_pipelined}
 
 
 async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch: int,
-                   checkpoint: bool = True) -> dict:
+                   checkpoint: bool = True, hold_snapshot: bool = False) -> dict:
     dbname = await create_database(admin_url)
     url = url_for_db(admin_url, dbname)
     try:
@@ -737,7 +738,18 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
                 await ctl.execute("CHECKPOINT")
             copy_s, copy_wal = await enqueue(ctl, layout, n_jobs)
             await ctl.execute("ANALYZE")
+            holder = None
+            if hold_snapshot:
+                # A long transaction in the same database (a report, a stuck
+                # client) pins the MVCC horizon for the whole drain: no dead
+                # row version can be pruned, so HOT depends on free space alone.
+                holder = await asyncpg.connect(url)
+                await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                await holder.fetchval("SELECT txid_current()")
             result = await measure_drain(ctl, url, layout, mode, n_jobs, batch)
+            if holder is not None:
+                await holder.execute("COMMIT")
+                await holder.close()
             completed = await ctl.fetchval(COUNT_COMPLETED_SQL.format(table=layout.done_table))
             assert completed == n_jobs, f"{layout.name}: {completed} of {n_jobs} completed"
             result.update(await measure_reclaim(ctl, layout, n_jobs))
@@ -840,6 +852,159 @@ async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int) 
         **info,
     )
 
+
+# --------------------------------------------------------------------------
+# Functional checks of layout E (--verify-e): the guarantees the layout must
+# keep, exercised against a real server, with the cost of each path timed.
+# --------------------------------------------------------------------------
+
+E_GET_JOB_SQL = "SELECT * FROM awa.jobs WHERE id = $1"
+E_RESCUE_SQL = """
+WITH r AS (
+    UPDATE awa.jobs SET state = 'available', run_lease = run_lease + 1, worker_id = NULL,
+                        crashes = crashes + 1
+    WHERE state = 'running' AND worker_id = ANY($1::bigint[])
+    RETURNING queue, priority, run_at, id)
+SELECT queue, priority, (array_agg(run_at ORDER BY run_at, id))[1] AS run_at,
+       (array_agg(id ORDER BY run_at, id))[1] AS id, count(*) AS n
+FROM r GROUP BY 1, 2"""
+
+
+async def verify_e(admin_url: str, n_jobs: int, claimers: int, batch: int) -> None:
+    layout = layout_e()
+    dbname = await create_database(admin_url)
+    url = url_for_db(admin_url, dbname)
+    ok = lambda cond, what: print(("ok   " if cond else "FAIL ") + what, flush=True)  # noqa: E731
+    try:
+        ctl = await asyncpg.connect(url)
+        await create_schema(ctl, layout)
+        for stmt in layout.setup_sql(n_jobs + 1000):
+            await ctl.execute(stmt)
+        await enqueue_plain(ctl, n_jobs)
+        await ctl.execute("ANALYZE")
+
+        # 1. many concurrent claimers (one backend each), each claim + complete
+        conns = [await asyncpg.connect(url) for _ in range(claimers)]
+        seen: list[int] = []
+
+        async def worker(c, wid):
+            while rows := await c.fetch(E_CLAIM_SQL, QUEUE, batch, wid):
+                seen.extend(r["id"] for r in rows)
+                await c.execute(layout.complete_sql, [r["id"] for r in rows],
+                                [r["run_lease"] for r in rows])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(c, i + 1) for i, c in enumerate(conns)))
+        secs = time.perf_counter() - t0
+        st = await ctl.fetchrow("SELECT count(*) FILTER (WHERE state = 'completed') AS done,"
+                                " max(attempt) AS max_attempt, max(run_lease) AS max_lease FROM awa.jobs")
+        ok(len(seen) == n_jobs and len(set(seen)) == n_jobs and st["done"] == n_jobs
+           and st["max_attempt"] == 1,
+           f"{claimers} concurrent claimers: {len(seen)} claims, {len(set(seen))} distinct, "
+           f"{st['done']} completed, max attempt {st['max_attempt']} ({n_jobs / secs:,.0f} jobs/s)")
+
+        # 1b. get_job of a job in a live segment: one partition's pkey
+        live = n_jobs * 3 // 4
+        plan = "\n".join(r[0] for r in await ctl.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + E_GET_JOB_SQL, live))
+        print("     get_job plan (prepared, id in a live segment):\n       " + plan.replace("\n", "\n       "))
+        # 2. run-lease guard
+        await enqueue_plain(ctl, 3)
+        rows = await ctl.fetch(E_CLAIM_SQL, QUEUE, 3, 7)
+        a, b, c3 = rows
+        st = await ctl.execute(layout.complete_sql, [a["id"]], [a["run_lease"] + 1])
+        ok(st == "UPDATE 0", f"completion with a wrong lease applies nothing ({st})")
+        resc = await ctl.fetch(E_RESCUE_SQL, [7])
+        ok(sum(r["n"] for r in resc) == 3, f"rescue of worker 7's running jobs: {resc[0]['n']} rows")
+        for r in resc:  # the rescued jobs sit behind the hint: lower it
+            await ctl.execute(E_LOWER_HINT_SQL, r["queue"], r["priority"], r["run_at"], r["id"])
+        st = await ctl.execute(layout.complete_sql, [b["id"]], [b["run_lease"]])
+        ok(st == "UPDATE 0", f"late completion by the dead worker's lease is discarded ({st})")
+        again = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 8)
+        ok(sorted(r["id"] for r in again) == sorted([a["id"], b["id"], c3["id"]])
+           and all(r["attempt"] == 2 for r in again),
+           f"rescued jobs claimed again after lowering the hint: {[r['id'] for r in again]}")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in again], [r["run_lease"] for r in again])
+
+        # 3. scheduled job: not claimable before run_at, claimable after
+        sid = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args, run_at)"
+                                 " VALUES ($1, $2, '{}', now() + interval '1.5 s') RETURNING id", KIND, QUEUE)
+        early = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await asyncio.sleep(1.6)
+        late = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok(not early and [r["id"] for r in late] == [sid],
+           f"scheduled job: {len(early)} claimed before run_at, {[r['id'] for r in late]} after")
+
+        # 4. back-dated enqueue: behind the hint unless the enqueuer lowers it
+        bid = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args, run_at)"
+                                 " VALUES ($1, $2, '{}', now() - interval '1 hour') RETURNING id", KIND, QUEUE)
+        missed = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await ctl.execute(E_LOWER_HINT_SQL, QUEUE, 2, await ctl.fetchval(
+            "SELECT run_at FROM awa.jobs WHERE id = $1", bid), bid)
+        found = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok(not missed and [r["id"] for r in found] == [bid],
+           f"back-dated job: {len(missed)} claimed with the stale hint, {[r['id'] for r in found]} after lowering it")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in late + found],
+                          [r["run_lease"] for r in late + found])
+
+        # 5. straggler: a job still running in a segment that is reclaimed
+        straggler = await ctl.fetchval("SELECT min(id) FROM awa.jobs")
+        await ctl.execute("UPDATE awa.jobs SET state = 'running', run_lease = run_lease + 1,"
+                          " worker_id = 11 WHERE id = $1", straggler)
+        lease = await ctl.fetchval("SELECT run_lease FROM awa.jobs WHERE id = $1", straggler)
+        t0 = time.perf_counter()
+        info = await e_reclaim(ctl, ff=layout.fillfactor)
+        ms = 1000 * (time.perf_counter() - t0)
+        where = await ctl.fetchval("SELECT tableoid::regclass::text FROM awa.jobs WHERE id = $1", straggler)
+        plan = "\n".join(r[0] for r in await ctl.fetch(
+            f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM awa.jobs WHERE id = {straggler}"))
+        st = await ctl.execute(layout.complete_sql, [straggler], [lease])
+        ok(info["stragglers_moved"] == 1 and where == "awa.jobs_stragglers" and st == "UPDATE 1",
+           f"reclaim ({ms:.0f} ms): {info}; the running job now lives in {where}, keeps its id, "
+           f"and its completion under its lease applies ({st})")
+        print("     get_job plan:\n       " + plan.replace("\n", "\n       "))
+
+        for c in conns:
+            await c.close()
+        await ctl.close()
+    finally:
+        await drop_database(admin_url, dbname)
+
+
+async def enqueue_plain(conn: asyncpg.Connection, n: int) -> None:
+    run_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    await copy_into(conn, "awa.jobs", ["kind", "queue", "args", "run_at"],
+                    job_records(n, run_at, None))
+
+
+async def rescue_cost(admin_url: str, n_jobs: int, running: int) -> None:
+    """Time the rescue scan (no index on state or worker_id in E) with
+    n_jobs rows in the segments, `running` of them running for a dead worker."""
+    layout = layout_e()
+    dbname = await create_database(admin_url)
+    url = url_for_db(admin_url, dbname)
+    try:
+        ctl = await asyncpg.connect(url)
+        await create_schema(ctl, layout)
+        for stmt in layout.setup_sql(n_jobs):
+            await ctl.execute(stmt)
+        await enqueue_plain(ctl, n_jobs)
+        await ctl.execute("ANALYZE")
+        await ctl.fetch(E_CLAIM_SQL, QUEUE, running, 99)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            await ctl.fetchval("SELECT count(*) FROM awa.jobs WHERE state = 'running' AND worker_id = 98")
+            times.append(1000 * (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        r = await ctl.fetch(E_RESCUE_SQL, [99])
+        rescue_ms = 1000 * (time.perf_counter() - t0)
+        print(f"rescue scan over {n_jobs:,} rows: finding nothing {statistics.median(times):.1f} ms "
+              f"(median of 5); rescuing {r[0]['n']} running jobs {rescue_ms:.1f} ms")
+        await ctl.close()
+    finally:
+        await drop_database(admin_url, dbname)
+
 # --------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------
@@ -905,6 +1070,12 @@ def parse_args():
     p.add_argument("--layouts", default="A,A2,A3,A4,B,C,C100,D",
                    help=f"comma-separated, from {','.join(LAYOUTS)}")
     p.add_argument("--json", help="also write raw per-run results here")
+    p.add_argument("--verify-e", action="store_true",
+                   help="run layout E's functional checks (concurrent claimers, lease guard, rescue, "
+                        "scheduled and back-dated jobs, stragglers, get_job) instead of the benchmark")
+    p.add_argument("--claimers", type=int, default=8, help="concurrent claimers for --verify-e")
+    p.add_argument("--hold-snapshot", action="store_true",
+                   help="keep a transaction with a snapshot open in the run's database during the drain")
     p.add_argument("--no-checkpoint", action="store_true",
                    help="do not issue CHECKPOINT before each run (needs superuser)")
     return p.parse_args()
@@ -912,6 +1083,10 @@ def parse_args():
 
 async def main() -> None:
     args = parse_args()
+    if args.verify_e:
+        await verify_e(args.url, args.jobs, args.claimers, args.batch)
+        await rescue_cost(args.url, args.jobs, 200)
+        return
     layouts = [s.strip().upper() for s in args.layouts.split(",")]
     results = []
     # Interleave layouts within each round so background noise spreads evenly.
@@ -919,7 +1094,8 @@ async def main() -> None:
         for name in layouts:
             for mode in DRAINS:
                 r = await run_once(args.url, LAYOUTS[name](), mode, args.jobs, args.batch,
-                                   checkpoint=not args.no_checkpoint)
+                                   checkpoint=not args.no_checkpoint,
+                                   hold_snapshot=args.hold_snapshot)
                 r["run"] = run
                 results.append(r)
                 print(f"run {run} {name:<3} {mode:<4} copy {r['copy_jobs_s']:>8,.0f}/s "
