@@ -395,11 +395,20 @@ BEGIN
             FROM unnest(ids) c(id) WHERE j.id = c.id
             RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
         top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
+        -- A transaction still in progress may commit rows whose run_at is
+        -- its start time (the default, now()); the hint must not pass the
+        -- start of the oldest open transaction in this database, or such
+        -- rows would become visible behind it.
+        oldest AS (SELECT min(a.xact_start) AS t FROM pg_stat_activity a
+                   WHERE a.datname = current_database()),
+        nh AS (SELECT CASE WHEN top.run_at < oldest.t THEN top.run_at ELSE oldest.t END AS run_at,
+                      CASE WHEN top.run_at < oldest.t THEN top.id ELSE 0 END AS id
+               FROM top, oldest),
         h AS (
             -- advance the hint unless another claimer holds the lane row
             -- (never wait) or a writer lowered it since we read it (gen)
             UPDATE awa.lanes ln SET hint_run_at = top.run_at, hint_id = top.id
-            FROM top
+            FROM nh AS top
             WHERE ln.ctid = (SELECT x.ctid FROM awa.lanes x
                              WHERE x.queue = q AND x.priority = l.priority AND x.gen = l.gen
                              FOR UPDATE SKIP LOCKED)
@@ -946,6 +955,25 @@ async def verify_e(admin_url: str, n_jobs: int, claimers: int, batch: int) -> No
            f"back-dated job: {len(missed)} claimed with the stale hint, {[r['id'] for r in found]} after lowering it")
         await ctl.execute(layout.complete_sql, [r["id"] for r in late + found],
                           [r["run_lease"] for r in late + found])
+
+        # 4b. an enqueue that commits after a later-keyed job was claimed:
+        # the hint must not have passed the slow transaction's start
+        slow = await asyncpg.connect(url)
+        await slow.execute("BEGIN")
+        slow_id = await slow.fetchval("INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, '{}')"
+                                      " RETURNING id", KIND, QUEUE)
+        await asyncio.sleep(0.2)
+        fast_id = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, '{}')"
+                                     " RETURNING id", KIND, QUEUE)
+        first = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await slow.execute("COMMIT")
+        await slow.close()
+        second = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok([r["id"] for r in first] == [fast_id] and [r["id"] for r in second] == [slow_id],
+           f"slow enqueue (id {slow_id}, committed after id {fast_id} was claimed) is claimed next: "
+           f"{[r['id'] for r in second]}")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in first + second],
+                          [r["run_lease"] for r in first + second])
 
         # 5. straggler: a job still running in a segment that is reclaimed
         straggler = await ctl.fetchval("SELECT min(id) FROM awa.jobs")
