@@ -730,7 +730,8 @@ DRAINS = {"seq": drain_sequential, "pipe": drain_pipelined}
 
 
 async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch: int,
-                   checkpoint: bool = True, hold_snapshot: bool = False) -> dict:
+                   checkpoint: bool = True, hold_snapshot: bool = False,
+                   vacuum: bool = False) -> dict:
     dbname = await create_database(admin_url)
     url = url_for_db(admin_url, dbname)
     try:
@@ -761,7 +762,7 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
                 await holder.close()
             completed = await ctl.fetchval(COUNT_COMPLETED_SQL.format(table=layout.done_table))
             assert completed == n_jobs, f"{layout.name}: {completed} of {n_jobs} completed"
-            result.update(await measure_reclaim(ctl, layout, n_jobs))
+            result.update(await measure_reclaim(ctl, layout, n_jobs, vacuum=vacuum))
         finally:
             await ctl.close()
     finally:
@@ -827,7 +828,8 @@ async def rel_dead_made(conn: asyncpg.Connection) -> dict[int, tuple[str, int]]:
     return {r["relid"]: (r["schemaname"], r["dead_made"]) for r in await conn.fetch(REL_STATS_SQL)}
 
 
-async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int) -> dict:
+async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int,
+                          vacuum: bool = False) -> dict:
     """Remove the finished jobs the way the layout would once retention passed.
 
     A-D delete finished rows (awa's retention pruning today); E drops whole
@@ -852,7 +854,22 @@ async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int) 
     for relid, (schema, dead) in after.items():
         delta = dead - before.get(relid, (schema, 0))[1]
         made["awa" if schema == "awa" else "catalog"] += delta
+    out = {}
+    if vacuum:
+        # what autovacuum would have to do afterwards (it is off here)
+        lsn0 = await wal_start(ctl)
+        t0 = time.perf_counter()
+        await ctl.execute("VACUUM (FREEZE false) " + ", ".join(
+            r["t"] for r in await ctl.fetch(
+                "SELECT c.oid::regclass::text AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = 'awa' AND c.relkind = 'r'")))
+        vac_s = time.perf_counter() - t0
+        await ctl.fetchval("SELECT txid_current()")  # a commit flushes VACUUM's WAL
+        vwal = await wal_since(ctl, lsn0)
+        out = dict(vacuum_ms=1000.0 * vac_s, vacuum_wal_b_job=vwal["wal"] / n_jobs,
+                   vacuum_fpi_b_job=vwal["wal_fpi"] / n_jobs)
     return dict(
+        **out,
         reclaim_how="drop segments" if layout.reclaim == "drop_segments" else "DELETE rows",
         reclaim_ms=1000.0 * seconds,
         reclaim_wal_b_job=(wal["wal"] - wal["wal_fpi"]) / n_jobs,
@@ -1102,6 +1119,8 @@ def parse_args():
                    help="run layout E's functional checks (concurrent claimers, lease guard, rescue, "
                         "scheduled and back-dated jobs, stragglers, get_job) instead of the benchmark")
     p.add_argument("--claimers", type=int, default=8, help="concurrent claimers for --verify-e")
+    p.add_argument("--vacuum", action="store_true",
+                   help="after the retention step, VACUUM the layout's tables and report its WAL and time")
     p.add_argument("--hold-snapshot", action="store_true",
                    help="keep a transaction with a snapshot open in the run's database during the drain")
     p.add_argument("--no-checkpoint", action="store_true",
@@ -1123,7 +1142,7 @@ async def main() -> None:
             for mode in DRAINS:
                 r = await run_once(args.url, LAYOUTS[name](), mode, args.jobs, args.batch,
                                    checkpoint=not args.no_checkpoint,
-                                   hold_snapshot=args.hold_snapshot)
+                                   hold_snapshot=args.hold_snapshot, vacuum=args.vacuum)
                 r["run"] = run
                 results.append(r)
                 print(f"run {run} {name:<3} {mode:<4} copy {r['copy_jobs_s']:>8,.0f}/s "
@@ -1139,6 +1158,12 @@ async def main() -> None:
     print(summary_table(results, layouts))
     print()
     print(reclaim_table(results, layouts))
+    if args.vacuum:
+        print()
+        print("| layout | VACUUM ms | VACUUM WAL B/job (incl. FPIs) | of which FPIs |\n|---|---|---|---|")
+        for name in layouts:
+            m = lambda key: median_of(results, name, key)  # noqa: E731
+            print(f"| {name} | {m('vacuum_ms'):,.1f} | {m('vacuum_wal_b_job'):,.0f} | {m('vacuum_fpi_b_job'):,.0f} |")
     print()
     print(detail_table(results, layouts))
 
