@@ -541,6 +541,7 @@ LAYOUTS = {
     "D": layout_d,
     "E": layout_e,
     # fillfactor variants of E (E itself is 40)
+    "E30": lambda: layout_e(ff=30, name="E30"),
     "E50": lambda: layout_e(ff=50, name="E50"),
     "E70": lambda: layout_e(ff=70, name="E70"),
 }
@@ -1119,6 +1120,7 @@ def parse_args():
                    help="run layout E's functional checks (concurrent claimers, lease guard, rescue, "
                         "scheduled and back-dated jobs, stragglers, get_job) instead of the benchmark")
     p.add_argument("--claimers", type=int, default=8, help="concurrent claimers for --verify-e")
+    p.add_argument("--segment", type=int, default=E_SEGMENT, help="ids per segment in layout E")
     p.add_argument("--vacuum", action="store_true",
                    help="after the retention step, VACUUM the layout's tables and report its WAL and time")
     p.add_argument("--hold-snapshot", action="store_true",
@@ -1130,6 +1132,8 @@ def parse_args():
 
 async def main() -> None:
     args = parse_args()
+    global E_SEGMENT
+    E_SEGMENT = args.segment
     if args.verify_e:
         await verify_e(args.url, args.jobs, args.claimers, args.batch)
         await rescue_cost(args.url, args.jobs, 200)
