@@ -3,7 +3,9 @@
 Layouts: A (one table, partial indexes), A2-A5 (fillfactor / rescue-index /
 completion-query variants of A), B (hot/done split), C (ready list + HOT
 updates), C100 (C at fillfactor 100), D (ready list + HOT claim + move to an
-insert-only done table). See docs/storage.md for the results.
+insert-only done table), E (id-range segments with HOT-only transitions and a
+per-lane claim hint, finished segments dropped whole; E40/E50/E70 are its
+fillfactor variants). See docs/storage.md for the results.
 
 Each (layout, drain mode, run) gets a fresh database named awa_storage_exp_*,
 which is dropped afterwards. Needs a superuser (CHECKPOINT, pg_walinspect). Workload: COPY N jobs into queue 'bench', ANALYZE,
@@ -13,6 +15,8 @@ connection, or a pipelined claimer + completer on two connections).
 Usage:
     python benches/storage/experiment.py --url postgresql://postgres@127.0.0.1:5432/postgres \
         --jobs 20000 --runs 3 [--layouts A,B,C] [--json out.json]
+        [--hold-snapshot] [--vacuum] [--segment N]
+    python benches/storage/experiment.py --verify-e --jobs 20000   # E's guarantees
 """
 
 from __future__ import annotations
@@ -519,7 +523,7 @@ async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timed
     return {"segments_dropped": dropped, "stragglers_moved": moved}
 
 
-def layout_e(ff: int = 40, name: str = "E") -> Layout:
+def layout_e(ff: int = 30, name: str = "E") -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
         name, f"id-range segments, HOT-only transitions, lane hints, segments dropped (fillfactor {ff})",
@@ -540,8 +544,8 @@ LAYOUTS = {
     "C100": lambda: layout_c(fillfactor=100, name="C100"),
     "D": layout_d,
     "E": layout_e,
-    # fillfactor variants of E (E itself is 40)
-    "E30": lambda: layout_e(ff=30, name="E30"),
+    # fillfactor variants of E (E itself is 30)
+    "E40": lambda: layout_e(ff=40, name="E40"),
     "E50": lambda: layout_e(ff=50, name="E50"),
     "E70": lambda: layout_e(ff=70, name="E70"),
 }
