@@ -598,6 +598,8 @@ async def wal_since(conn: asyncpg.Connection, start_lsn: str) -> dict[str, int]:
     end_lsn = await conn.fetchval(WAL_END_SQL)
     pattern = f"%/{await conn.fetchval(DB_OID_SQL)}/%"  # block_ref: "rel spc/db/rel"
     cluster = await conn.fetchval(WAL_CLUSTER_DIFF_SQL, end_lsn, start_lsn)
+    if cluster <= 0:  # nothing written (pg_walinspect refuses an empty range)
+        return {"wal": 0, "wal_fpi": 0, "wal_cluster": 0}
     try:
         rows = await conn.fetch(WAL_BY_RMGR_SQL, start_lsn, end_lsn, pattern)
     except asyncpg.UndefinedFileError:
