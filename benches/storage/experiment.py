@@ -492,7 +492,7 @@ async def e_rotate(conn: asyncpg.Connection, ff: int, ahead: int = 1) -> int:
 
 
 async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timedelta(0),
-                    max_stragglers: int = 1000, ff: int = 70) -> dict:
+                    max_stragglers: int = 1000, ff: int = 30) -> dict:
     """Leader step: rotate, then drop finished segments below the open one.
 
     A sealed segment is dropped once at most max_stragglers of its rows must
