@@ -3,7 +3,9 @@
 Layouts: A (one table, partial indexes), A2-A5 (fillfactor / rescue-index /
 completion-query variants of A), B (hot/done split), C (ready list + HOT
 updates), C100 (C at fillfactor 100), D (ready list + HOT claim + move to an
-insert-only done table). See docs/storage.md for the results.
+insert-only done table), E (id-range segments with HOT-only transitions and a
+per-lane claim hint, finished segments dropped whole; E40/E50/E70 are its
+fillfactor variants). See docs/storage.md for the results.
 
 Each (layout, drain mode, run) gets a fresh database named awa_storage_exp_*,
 which is dropped afterwards. Needs a superuser (CHECKPOINT, pg_walinspect). Workload: COPY N jobs into queue 'bench', ANALYZE,
@@ -13,6 +15,8 @@ connection, or a pipelined claimer + completer on two connections).
 Usage:
     python benches/storage/experiment.py --url postgresql://postgres@127.0.0.1:5432/postgres \
         --jobs 20000 --runs 3 [--layouts A,B,C] [--json out.json]
+        [--hold-snapshot] [--vacuum] [--segment N]
+    python benches/storage/experiment.py --verify-e --jobs 20000   # E's guarantees
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import statistics
 import time
 import uuid
+from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -243,6 +248,13 @@ class Layout:
     claim_sql: str
     complete_sql: str
     uses_ready_list: bool = False
+    # extra DDL that depends on the number of jobs (E: the id segments the
+    # leader would have created ahead of the id sequence)
+    setup_sql: Callable[[int], list[str]] | None = None
+    # how finished jobs are reclaimed once retention has passed (run after the
+    # drain, measured separately): E drops segments, the others delete rows
+    reclaim: str = "delete"
+    fillfactor: int = 100
 
 
 def layout_a() -> Layout:
@@ -313,6 +325,214 @@ def layout_d(fillfactor: int = 60) -> Layout:
         uses_ready_list=True)
 
 
+# --------------------------------------------------------------------------
+# Layout E: one row per job in id-range segments (partitions), every
+# transition a HOT update, claims guided by a per-lane frontier hint, finished
+# segments dropped whole. See docs/storage.md, "Layout E".
+# --------------------------------------------------------------------------
+
+E_SEGMENT = 10_000  # ids per segment; the leader keeps a few segments ahead
+
+E_SCHEMA_SQL = """
+CREATE SEQUENCE awa.jobs_id_seq;
+CREATE TABLE awa.jobs ({columns}) PARTITION BY RANGE (id);
+-- stragglers: live rows copied out of a segment when it is dropped
+CREATE TABLE awa.jobs_stragglers PARTITION OF awa.jobs DEFAULT
+    WITH (fillfactor = {ff}, autovacuum_enabled = false);
+-- Neither index covers a column that claim or completion writes, so every
+-- state transition can be a HOT update.
+ALTER TABLE awa.jobs ADD PRIMARY KEY (id);
+CREATE INDEX jobs_claim_idx ON awa.jobs (queue, priority, run_at, id);
+-- One row per (queue, priority) lane: everything of the lane before
+-- (hint_run_at, hint_id) has been claimed, as far as claimers know. Only a
+-- hint: a claim re-checks state under a row lock, so a stale hint costs
+-- scanning, never a double claim. gen is bumped by writers that lower it.
+CREATE TABLE awa.lanes (
+    queue       text        NOT NULL,
+    priority    smallint    NOT NULL,
+    hint_run_at timestamptz NOT NULL DEFAULT '-infinity',
+    hint_id     bigint      NOT NULL DEFAULT 0,
+    gen         bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, priority)
+) WITH (fillfactor = 50, autovacuum_enabled = false);
+INSERT INTO awa.lanes (queue, priority) VALUES ('bench', 1), ('bench', 2), ('bench', 3), ('bench', 4);
+"""
+
+E_CLAIM_FN_SQL = """
+CREATE FUNCTION awa.claim_e(q text, n int, w bigint)
+RETURNS TABLE (id bigint, run_lease bigint, kind text, args jsonb, attempt int,
+               max_attempts smallint)
+LANGUAGE plpgsql
+-- Generic plans: with the hint's literal values the planner estimates ~1 row
+-- past the frontier and would rather read every row past the hint in every
+-- segment and sort them (the whole backlog, per claim) than merge the
+-- segments' claim indexes in order and stop after `want` rows.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    l record;
+    ids bigint[];
+    got int;
+    want int := n;
+BEGIN
+    -- lanes in priority order, each from its frontier hint: the jobs taken
+    -- are the first available ones in (priority, run_at, id) order
+    FOR l IN SELECT ln.priority, ln.hint_run_at, ln.hint_id, ln.gen
+             FROM awa.lanes ln WHERE ln.queue = q ORDER BY ln.priority LOOP
+        -- lock the best available rows; a concurrent claimer skips them, and
+        -- the state test is re-checked on the locked (latest) row version
+        ids := ARRAY(
+            SELECT j.id FROM awa.jobs j
+            WHERE j.queue = q AND j.priority = l.priority
+              AND (j.run_at, j.id) > (l.hint_run_at, l.hint_id)
+              AND j.run_at <= now() AND j.state = 'available'
+            ORDER BY j.run_at, j.id
+            LIMIT want
+            FOR UPDATE OF j SKIP LOCKED);
+        CONTINUE WHEN cardinality(ids) = 0;
+        RETURN QUERY
+        WITH u AS (
+            UPDATE awa.jobs j
+            SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
+                attempted_at = now(), worker_id = w
+            FROM unnest(ids) c(id) WHERE j.id = c.id
+            RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
+        top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
+        -- A transaction still in progress may commit rows whose run_at is
+        -- its start time (the default, now()); the hint must not pass the
+        -- start of the oldest open transaction in this database, or such
+        -- rows would become visible behind it.
+        oldest AS (SELECT min(a.xact_start) AS t FROM pg_stat_activity a
+                   WHERE a.datname = current_database()),
+        nh AS (SELECT CASE WHEN top.run_at < oldest.t THEN top.run_at ELSE oldest.t END AS run_at,
+                      CASE WHEN top.run_at < oldest.t THEN top.id ELSE 0 END AS id
+               FROM top, oldest),
+        h AS (
+            -- advance the hint unless another claimer holds the lane row
+            -- (never wait) or a writer lowered it since we read it (gen)
+            UPDATE awa.lanes ln SET hint_run_at = top.run_at, hint_id = top.id
+            FROM nh AS top
+            WHERE ln.ctid = (SELECT x.ctid FROM awa.lanes x
+                             WHERE x.queue = q AND x.priority = l.priority AND x.gen = l.gen
+                             FOR UPDATE SKIP LOCKED)
+              AND (top.run_at, top.id) > (ln.hint_run_at, ln.hint_id))
+        SELECT u.id, u.run_lease, u.kind, u.args, u.attempt, u.max_attempts FROM u;
+        GET DIAGNOSTICS got = ROW_COUNT;
+        want := want - got;
+        EXIT WHEN want <= 0;
+    END LOOP;
+END
+$fn$;
+"""
+
+# A writer that makes a job claimable behind the hint (rescue, a back-dated
+# run_at, a catch-up pass that found a late-committed row) lowers the hint in
+# its own transaction and bumps gen, so that no in-flight claimer can move the
+# hint back past it. $1 queue, $2 priority, $3 run_at, $4 id of the job that
+# must be claimable (claims take keys strictly after the hint).
+E_LOWER_HINT_SQL = """
+UPDATE awa.lanes SET hint_run_at = $3, hint_id = $4 - 1, gen = gen + 1
+WHERE queue = $1 AND priority = $2 AND (hint_run_at, hint_id) >= ($3, $4 - 1)"""
+
+E_CLAIM_SQL = "SELECT * FROM awa.claim_e($1, $2, $3)"
+
+
+def e_segment_sql(lo: int, hi: int, ff: int) -> list[str]:
+    t = f"awa.jobs_s{lo // E_SEGMENT}"
+    return [
+        f"CREATE TABLE {t} (LIKE awa.jobs INCLUDING DEFAULTS)"
+        f" WITH (fillfactor = {ff}, autovacuum_enabled = false)",
+        # the CHECK lets ATTACH skip its validation scan of the new table
+        f"ALTER TABLE {t} ADD CONSTRAINT {t.split('.')[1]}_range"
+        f" CHECK (id >= {lo} AND id < {hi})",
+        f"ALTER TABLE awa.jobs ATTACH PARTITION {t} FOR VALUES FROM ({lo}) TO ({hi})",
+        f"ALTER TABLE {t} DROP CONSTRAINT {t.split('.')[1]}_range",
+    ]
+
+
+def e_setup(ff: int, ahead: int = 1):
+    def setup(n_jobs: int) -> list[str]:
+        out = []
+        n_segments = -(-n_jobs // E_SEGMENT) + ahead
+        for k in range(n_segments):
+            out += e_segment_sql(1 + k * E_SEGMENT, 1 + (k + 1) * E_SEGMENT, ff)
+        return out
+    return setup
+
+
+# Reclaim every segment whose rows are all removable: terminal and past their
+# retention (0 here). Rows that must stay (non-terminal, or within retention)
+# are copied into the default partition under the DETACH lock, keeping their
+# ids, so get_job and the run-lease guard keep working for them.
+E_RECLAIMABLE_SQL = """
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'awa.jobs'::regclass AND c.relname ~ '^jobs_s[0-9]+$'
+ORDER BY substring(c.relname from 7)::bigint"""
+E_KEEP_PREDICATE = ("state NOT IN ('completed', 'failed', 'cancelled')"
+                    " OR finalized_at > now() - $1::interval")
+
+
+async def e_rotate(conn: asyncpg.Connection, ff: int, ahead: int = 1) -> int:
+    """Leader step: seal the segment the id sequence is in by moving the
+    sequence to the next segment's first id (gaps in ids are fine), and keep
+    `ahead` empty segments attached beyond it. Returns the first id of the
+    open segment."""
+    last = await conn.fetchval("SELECT last_value FROM awa.jobs_id_seq")
+    open_lo = ((last - 1) // E_SEGMENT + 1) * E_SEGMENT + 1  # next segment boundary
+    await conn.execute(f"SELECT setval('awa.jobs_id_seq', {open_lo - 1})")
+    have = {int(r["relname"][len("jobs_s"):]) for r in await conn.fetch(E_RECLAIMABLE_SQL)}
+    for k in range(ahead + 1):
+        lo = open_lo + k * E_SEGMENT
+        if lo // E_SEGMENT not in have:
+            for stmt in e_segment_sql(lo, lo + E_SEGMENT, ff):
+                await conn.execute(stmt)
+    return open_lo
+
+
+async def e_reclaim(conn: asyncpg.Connection, retention: dt.timedelta = dt.timedelta(0),
+                    max_stragglers: int = 1000, ff: int = 30) -> dict:
+    """Leader step: rotate, then drop finished segments below the open one.
+
+    A sealed segment is dropped once at most max_stragglers of its rows must
+    stay; those are copied into the default partition first. (A real leader
+    also waits until every transaction that could still insert into a sealed
+    segment has ended; here the drain has finished.)"""
+    open_lo = await e_rotate(conn, ff)
+    dropped = moved = 0
+    for r in await conn.fetch(E_RECLAIMABLE_SQL):
+        lo = int(r["relname"][len("jobs_s"):]) * E_SEGMENT + 1
+        if lo >= open_lo:
+            break
+        t = f"awa.{r['relname']}"
+        keep = await conn.fetchval(
+            f"SELECT count(*) FROM {t} WHERE {E_KEEP_PREDICATE}", retention)
+        if keep > max_stragglers:
+            continue  # mostly live: leave it for a later pass
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '2s'")
+            await conn.execute(f"ALTER TABLE awa.jobs DETACH PARTITION {t}")
+            if keep:
+                status = await conn.execute(
+                    f"INSERT INTO awa.jobs SELECT * FROM {t} WHERE {E_KEEP_PREDICATE}",
+                    retention)
+                moved += int(status.split()[-1])
+            await conn.execute(f"DROP TABLE {t}")
+        dropped += 1
+    return {"segments_dropped": dropped, "stragglers_moved": moved}
+
+
+def layout_e(ff: int = 30, name: str = "E") -> Layout:
+    cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
+    return Layout(
+        name, f"id-range segments, HOT-only transitions, lane hints, segments dropped (fillfactor {ff})",
+        (E_SCHEMA_SQL.format(columns=cols, ff=ff), E_CLAIM_FN_SQL),
+        "awa.jobs", "awa.jobs", E_CLAIM_SQL,
+        complete_in_place_sql("awa.jobs"),
+        setup_sql=e_setup(ff), reclaim="drop_segments", fillfactor=ff)
+
+
 LAYOUTS = {
     "A": layout_a,
     "A2": layout_a2,
@@ -323,6 +543,11 @@ LAYOUTS = {
     "C": layout_c,
     "C100": lambda: layout_c(fillfactor=100, name="C100"),
     "D": layout_d,
+    "E": layout_e,
+    # fillfactor variants of E (E itself is 30)
+    "E40": lambda: layout_e(ff=40, name="E40"),
+    "E50": lambda: layout_e(ff=50, name="E50"),
+    "E70": lambda: layout_e(ff=70, name="E70"),
 }
 
 # --------------------------------------------------------------------------
@@ -373,6 +598,8 @@ async def wal_since(conn: asyncpg.Connection, start_lsn: str) -> dict[str, int]:
     end_lsn = await conn.fetchval(WAL_END_SQL)
     pattern = f"%/{await conn.fetchval(DB_OID_SQL)}/%"  # block_ref: "rel spc/db/rel"
     cluster = await conn.fetchval(WAL_CLUSTER_DIFF_SQL, end_lsn, start_lsn)
+    if cluster <= 0:  # nothing written (pg_walinspect refuses an empty range)
+        return {"wal": 0, "wal_fpi": 0, "wal_cluster": 0}
     try:
         rows = await conn.fetch(WAL_BY_RMGR_SQL, start_lsn, end_lsn, pattern)
     except asyncpg.UndefinedFileError:
@@ -510,7 +737,8 @@ DRAINS = {"seq": drain_sequential, "pipe": drain_pipelined}
 
 
 async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch: int,
-                   checkpoint: bool = True) -> dict:
+                   checkpoint: bool = True, hold_snapshot: bool = False,
+                   vacuum: bool = False) -> dict:
     dbname = await create_database(admin_url)
     url = url_for_db(admin_url, dbname)
     try:
@@ -518,6 +746,8 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
         try:
             await ctl.execute("CREATE EXTENSION pg_walinspect")
             await create_schema(ctl, layout)
+            for stmt in (layout.setup_sql(n_jobs) if layout.setup_sql else []):
+                await ctl.execute(stmt)
             if checkpoint:
                 # Start each run right after a checkpoint so that no timed
                 # checkpoint lands inside the few seconds measured (which
@@ -525,9 +755,21 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
                 await ctl.execute("CHECKPOINT")
             copy_s, copy_wal = await enqueue(ctl, layout, n_jobs)
             await ctl.execute("ANALYZE")
+            holder = None
+            if hold_snapshot:
+                # A long transaction in the same database (a report, a stuck
+                # client) pins the MVCC horizon for the whole drain: no dead
+                # row version can be pruned, so HOT depends on free space alone.
+                holder = await asyncpg.connect(url)
+                await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                await holder.fetchval("SELECT txid_current()")
             result = await measure_drain(ctl, url, layout, mode, n_jobs, batch)
+            if holder is not None:
+                await holder.execute("COMMIT")
+                await holder.close()
             completed = await ctl.fetchval(COUNT_COMPLETED_SQL.format(table=layout.done_table))
             assert completed == n_jobs, f"{layout.name}: {completed} of {n_jobs} completed"
+            result.update(await measure_reclaim(ctl, layout, n_jobs, vacuum=vacuum))
         finally:
             await ctl.close()
     finally:
@@ -568,7 +810,9 @@ async def measure_drain(ctl, url: str, layout: Layout, mode: str, n_jobs: int, b
         drain_wal_xact_b_job=rmgr("transaction") / n_jobs,
         drain_fpi_b_job=wal["wal_fpi"] / n_jobs,
         drain_wal_cluster_b_job=wal["wal_cluster"] / n_jobs,
-        dead_per_job=stats1["dead"] / n_jobs,
+        # dead tuples made: non-HOT updates + deletes (the issue's measure)
+        dead_per_job=((upd - hot) + (stats1["del"] - stats0["del"])) / n_jobs,
+        n_dead_tup_per_job=stats1["dead"] / n_jobs,
         hot_pct=100.0 * hot / upd if upd else 0.0,
         upd_per_job=upd / n_jobs,
         del_per_job=(stats1["del"] - stats0["del"]) / n_jobs,
@@ -577,6 +821,241 @@ async def measure_drain(ctl, url: str, layout: Layout, mode: str, n_jobs: int, b
         heap_b_job=size["heap"] / n_jobs,
         index_b_job=size["index"] / n_jobs,
     )
+
+
+REL_STATS_SQL = """
+SELECT relid, schemaname, n_tup_upd - n_tup_hot_upd + n_tup_del AS dead_made
+FROM pg_stat_all_tables
+WHERE schemaname IN ('awa', 'pg_catalog', 'pg_toast')"""
+
+
+async def rel_dead_made(conn: asyncpg.Connection) -> dict[int, tuple[str, int]]:
+    await asyncio.sleep(STATS_FLUSH_WAIT_S)
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return {r["relid"]: (r["schemaname"], r["dead_made"]) for r in await conn.fetch(REL_STATS_SQL)}
+
+
+async def measure_reclaim(ctl: asyncpg.Connection, layout: Layout, n_jobs: int,
+                          vacuum: bool = False) -> dict:
+    """Remove the finished jobs the way the layout would once retention passed.
+
+    A-D delete finished rows (awa's retention pruning today); E drops whole
+    segments. Dead tuples made are counted per relation that still exists
+    afterwards (a dropped segment takes its counters with it, and had no
+    deletes), in the awa schema and, separately, in the system catalogs
+    (DDL: pg_class, pg_attribute, ... rows of the dropped segment)."""
+    before = await rel_dead_made(ctl)
+    lsn0 = await wal_start(ctl)
+    t0 = time.perf_counter()
+    if layout.reclaim == "drop_segments":
+        info = await e_reclaim(ctl, ff=layout.fillfactor)
+    else:
+        status = await ctl.execute(
+            f"DELETE FROM {layout.done_table} WHERE state = 'completed'"
+            " AND finalized_at < now() - interval '0 s'")
+        info = {"segments_dropped": 0, "stragglers_moved": 0, "rows_deleted": int(status.split()[-1])}
+    seconds = time.perf_counter() - t0
+    wal = await wal_since(ctl, lsn0)
+    after = await rel_dead_made(ctl)
+    made = {"awa": 0, "catalog": 0}
+    for relid, (schema, dead) in after.items():
+        delta = dead - before.get(relid, (schema, 0))[1]
+        made["awa" if schema == "awa" else "catalog"] += delta
+    out = {}
+    if vacuum:
+        # what autovacuum would have to do afterwards (it is off here)
+        lsn0 = await wal_start(ctl)
+        t0 = time.perf_counter()
+        await ctl.execute("VACUUM (FREEZE false) " + ", ".join(
+            r["t"] for r in await ctl.fetch(
+                "SELECT c.oid::regclass::text AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = 'awa' AND c.relkind = 'r'")))
+        vac_s = time.perf_counter() - t0
+        await ctl.fetchval("SELECT txid_current()")  # a commit flushes VACUUM's WAL
+        vwal = await wal_since(ctl, lsn0)
+        out = dict(vacuum_ms=1000.0 * vac_s, vacuum_wal_b_job=vwal["wal"] / n_jobs,
+                   vacuum_fpi_b_job=vwal["wal_fpi"] / n_jobs)
+    return dict(
+        **out,
+        reclaim_how="drop segments" if layout.reclaim == "drop_segments" else "DELETE rows",
+        reclaim_ms=1000.0 * seconds,
+        reclaim_wal_b_job=(wal["wal"] - wal["wal_fpi"]) / n_jobs,
+        reclaim_dead_per_job=made["awa"] / n_jobs,
+        reclaim_catalog_dead=made["catalog"],
+        **info,
+    )
+
+
+# --------------------------------------------------------------------------
+# Functional checks of layout E (--verify-e): the guarantees the layout must
+# keep, exercised against a real server, with the cost of each path timed.
+# --------------------------------------------------------------------------
+
+E_GET_JOB_SQL = "SELECT * FROM awa.jobs WHERE id = $1"
+E_RESCUE_SQL = """
+WITH r AS (
+    UPDATE awa.jobs SET state = 'available', run_lease = run_lease + 1, worker_id = NULL,
+                        crashes = crashes + 1
+    WHERE state = 'running' AND worker_id = ANY($1::bigint[])
+    RETURNING queue, priority, run_at, id)
+SELECT queue, priority, (array_agg(run_at ORDER BY run_at, id))[1] AS run_at,
+       (array_agg(id ORDER BY run_at, id))[1] AS id, count(*) AS n
+FROM r GROUP BY 1, 2"""
+
+
+async def verify_e(admin_url: str, n_jobs: int, claimers: int, batch: int) -> None:
+    layout = layout_e()
+    dbname = await create_database(admin_url)
+    url = url_for_db(admin_url, dbname)
+    ok = lambda cond, what: print(("ok   " if cond else "FAIL ") + what, flush=True)  # noqa: E731
+    try:
+        ctl = await asyncpg.connect(url)
+        await create_schema(ctl, layout)
+        for stmt in layout.setup_sql(n_jobs + 1000):
+            await ctl.execute(stmt)
+        await enqueue_plain(ctl, n_jobs)
+        await ctl.execute("ANALYZE")
+
+        # 1. many concurrent claimers (one backend each), each claim + complete
+        conns = [await asyncpg.connect(url) for _ in range(claimers)]
+        seen: list[int] = []
+
+        async def worker(c, wid):
+            while rows := await c.fetch(E_CLAIM_SQL, QUEUE, batch, wid):
+                seen.extend(r["id"] for r in rows)
+                await c.execute(layout.complete_sql, [r["id"] for r in rows],
+                                [r["run_lease"] for r in rows])
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(c, i + 1) for i, c in enumerate(conns)))
+        secs = time.perf_counter() - t0
+        st = await ctl.fetchrow("SELECT count(*) FILTER (WHERE state = 'completed') AS done,"
+                                " max(attempt) AS max_attempt, max(run_lease) AS max_lease FROM awa.jobs")
+        ok(len(seen) == n_jobs and len(set(seen)) == n_jobs and st["done"] == n_jobs
+           and st["max_attempt"] == 1,
+           f"{claimers} concurrent claimers: {len(seen)} claims, {len(set(seen))} distinct, "
+           f"{st['done']} completed, max attempt {st['max_attempt']} ({n_jobs / secs:,.0f} jobs/s)")
+
+        # 1b. get_job of a job in a live segment: one partition's pkey
+        live = n_jobs * 3 // 4
+        plan = "\n".join(r[0] for r in await ctl.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + E_GET_JOB_SQL, live))
+        print("     get_job plan (prepared, id in a live segment):\n       " + plan.replace("\n", "\n       "))
+        # 2. run-lease guard
+        await enqueue_plain(ctl, 3)
+        rows = await ctl.fetch(E_CLAIM_SQL, QUEUE, 3, 7)
+        a, b, c3 = rows
+        st = await ctl.execute(layout.complete_sql, [a["id"]], [a["run_lease"] + 1])
+        ok(st == "UPDATE 0", f"completion with a wrong lease applies nothing ({st})")
+        resc = await ctl.fetch(E_RESCUE_SQL, [7])
+        ok(sum(r["n"] for r in resc) == 3, f"rescue of worker 7's running jobs: {resc[0]['n']} rows")
+        for r in resc:  # the rescued jobs sit behind the hint: lower it
+            await ctl.execute(E_LOWER_HINT_SQL, r["queue"], r["priority"], r["run_at"], r["id"])
+        st = await ctl.execute(layout.complete_sql, [b["id"]], [b["run_lease"]])
+        ok(st == "UPDATE 0", f"late completion by the dead worker's lease is discarded ({st})")
+        again = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 8)
+        ok(sorted(r["id"] for r in again) == sorted([a["id"], b["id"], c3["id"]])
+           and all(r["attempt"] == 2 for r in again),
+           f"rescued jobs claimed again after lowering the hint: {[r['id'] for r in again]}")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in again], [r["run_lease"] for r in again])
+
+        # 3. scheduled job: not claimable before run_at, claimable after
+        sid = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args, run_at)"
+                                 " VALUES ($1, $2, '{}', now() + interval '1.5 s') RETURNING id", KIND, QUEUE)
+        early = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await asyncio.sleep(1.6)
+        late = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok(not early and [r["id"] for r in late] == [sid],
+           f"scheduled job: {len(early)} claimed before run_at, {[r['id'] for r in late]} after")
+
+        # 4. back-dated enqueue: behind the hint unless the enqueuer lowers it
+        bid = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args, run_at)"
+                                 " VALUES ($1, $2, '{}', now() - interval '1 hour') RETURNING id", KIND, QUEUE)
+        missed = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await ctl.execute(E_LOWER_HINT_SQL, QUEUE, 2, await ctl.fetchval(
+            "SELECT run_at FROM awa.jobs WHERE id = $1", bid), bid)
+        found = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok(not missed and [r["id"] for r in found] == [bid],
+           f"back-dated job: {len(missed)} claimed with the stale hint, {[r['id'] for r in found]} after lowering it")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in late + found],
+                          [r["run_lease"] for r in late + found])
+
+        # 4b. an enqueue that commits after a later-keyed job was claimed:
+        # the hint must not have passed the slow transaction's start
+        slow = await asyncpg.connect(url)
+        await slow.execute("BEGIN")
+        slow_id = await slow.fetchval("INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, '{}')"
+                                      " RETURNING id", KIND, QUEUE)
+        await asyncio.sleep(0.2)
+        fast_id = await ctl.fetchval("INSERT INTO awa.jobs (kind, queue, args) VALUES ($1, $2, '{}')"
+                                     " RETURNING id", KIND, QUEUE)
+        first = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        await slow.execute("COMMIT")
+        await slow.close()
+        second = await ctl.fetch(E_CLAIM_SQL, QUEUE, 10, 9)
+        ok([r["id"] for r in first] == [fast_id] and [r["id"] for r in second] == [slow_id],
+           f"slow enqueue (id {slow_id}, committed after id {fast_id} was claimed) is claimed next: "
+           f"{[r['id'] for r in second]}")
+        await ctl.execute(layout.complete_sql, [r["id"] for r in first + second],
+                          [r["run_lease"] for r in first + second])
+
+        # 5. straggler: a job still running in a segment that is reclaimed
+        straggler = await ctl.fetchval("SELECT min(id) FROM awa.jobs")
+        await ctl.execute("UPDATE awa.jobs SET state = 'running', run_lease = run_lease + 1,"
+                          " worker_id = 11 WHERE id = $1", straggler)
+        lease = await ctl.fetchval("SELECT run_lease FROM awa.jobs WHERE id = $1", straggler)
+        t0 = time.perf_counter()
+        info = await e_reclaim(ctl, ff=layout.fillfactor)
+        ms = 1000 * (time.perf_counter() - t0)
+        where = await ctl.fetchval("SELECT tableoid::regclass::text FROM awa.jobs WHERE id = $1", straggler)
+        plan = "\n".join(r[0] for r in await ctl.fetch(
+            f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM awa.jobs WHERE id = {straggler}"))
+        st = await ctl.execute(layout.complete_sql, [straggler], [lease])
+        ok(info["stragglers_moved"] == 1 and where == "awa.jobs_stragglers" and st == "UPDATE 1",
+           f"reclaim ({ms:.0f} ms): {info}; the running job now lives in {where}, keeps its id, "
+           f"and its completion under its lease applies ({st})")
+        print("     get_job plan:\n       " + plan.replace("\n", "\n       "))
+
+        for c in conns:
+            await c.close()
+        await ctl.close()
+    finally:
+        await drop_database(admin_url, dbname)
+
+
+async def enqueue_plain(conn: asyncpg.Connection, n: int) -> None:
+    run_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    await copy_into(conn, "awa.jobs", ["kind", "queue", "args", "run_at"],
+                    job_records(n, run_at, None))
+
+
+async def rescue_cost(admin_url: str, n_jobs: int, running: int) -> None:
+    """Time the rescue scan (no index on state or worker_id in E) with
+    n_jobs rows in the segments, `running` of them running for a dead worker."""
+    layout = layout_e()
+    dbname = await create_database(admin_url)
+    url = url_for_db(admin_url, dbname)
+    try:
+        ctl = await asyncpg.connect(url)
+        await create_schema(ctl, layout)
+        for stmt in layout.setup_sql(n_jobs):
+            await ctl.execute(stmt)
+        await enqueue_plain(ctl, n_jobs)
+        await ctl.execute("ANALYZE")
+        await ctl.fetch(E_CLAIM_SQL, QUEUE, running, 99)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            await ctl.fetchval("SELECT count(*) FROM awa.jobs WHERE state = 'running' AND worker_id = 98")
+            times.append(1000 * (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        r = await ctl.fetch(E_RESCUE_SQL, [99])
+        rescue_ms = 1000 * (time.perf_counter() - t0)
+        print(f"rescue scan over {n_jobs:,} rows: finding nothing {statistics.median(times):.1f} ms "
+              f"(median of 5); rescuing {r[0]['n']} running jobs {rescue_ms:.1f} ms")
+        await ctl.close()
+    finally:
+        await drop_database(admin_url, dbname)
 
 # --------------------------------------------------------------------------
 # Reporting
@@ -605,10 +1084,24 @@ def summary_table(results: list[dict], layouts: list[str]) -> str:
     return "\n".join(lines)
 
 
+def reclaim_table(results: list[dict], layouts: list[str]) -> str:
+    """Retention step after the drain: row deletes (A-D) or segment drops (E)."""
+    lines = ["| layout | how | ms (whole step) | WAL B/job | dead tuples/job (awa) | "
+             "catalog dead tuples (whole step) | segments dropped | stragglers moved |",
+             "|---" * 8 + "|"]
+    for name in layouts:
+        m = lambda key: median_of(results, name, key)  # noqa: E731
+        how = next(r.get("reclaim_how", "") for r in results if r["layout"] == name)
+        lines.append(f"| {name} | {how} | {m('reclaim_ms'):,.1f} | {m('reclaim_wal_b_job'):,.0f} | "
+                     f"{m('reclaim_dead_per_job'):.2f} | {m('reclaim_catalog_dead'):,.0f} | "
+                     f"{m('segments_dropped'):.0f} | {m('stragglers_moved'):.0f} |")
+    return "\n".join(lines)
+
+
 def detail_table(results: list[dict], layouts: list[str]) -> str:
     cols = ["drain_wal_heap_b_job", "drain_wal_btree_b_job", "drain_wal_xact_b_job",
             "drain_fpi_b_job", "drain_wal_cluster_b_job", "upd_per_job", "del_per_job",
-            "ins_per_job", "heap_b_job", "index_b_job"]
+            "ins_per_job", "n_dead_tup_per_job", "heap_b_job", "index_b_job"]
     lines = ["| layout | drain | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name in layouts:
         for mode in DRAINS:
@@ -629,6 +1122,15 @@ def parse_args():
     p.add_argument("--layouts", default="A,A2,A3,A4,B,C,C100,D",
                    help=f"comma-separated, from {','.join(LAYOUTS)}")
     p.add_argument("--json", help="also write raw per-run results here")
+    p.add_argument("--verify-e", action="store_true",
+                   help="run layout E's functional checks (concurrent claimers, lease guard, rescue, "
+                        "scheduled and back-dated jobs, stragglers, get_job) instead of the benchmark")
+    p.add_argument("--claimers", type=int, default=8, help="concurrent claimers for --verify-e")
+    p.add_argument("--segment", type=int, default=E_SEGMENT, help="ids per segment in layout E")
+    p.add_argument("--vacuum", action="store_true",
+                   help="after the retention step, VACUUM the layout's tables and report its WAL and time")
+    p.add_argument("--hold-snapshot", action="store_true",
+                   help="keep a transaction with a snapshot open in the run's database during the drain")
     p.add_argument("--no-checkpoint", action="store_true",
                    help="do not issue CHECKPOINT before each run (needs superuser)")
     return p.parse_args()
@@ -636,6 +1138,12 @@ def parse_args():
 
 async def main() -> None:
     args = parse_args()
+    global E_SEGMENT
+    E_SEGMENT = args.segment
+    if args.verify_e:
+        await verify_e(args.url, args.jobs, args.claimers, args.batch)
+        await rescue_cost(args.url, args.jobs, 200)
+        return
     layouts = [s.strip().upper() for s in args.layouts.split(",")]
     results = []
     # Interleave layouts within each round so background noise spreads evenly.
@@ -643,7 +1151,8 @@ async def main() -> None:
         for name in layouts:
             for mode in DRAINS:
                 r = await run_once(args.url, LAYOUTS[name](), mode, args.jobs, args.batch,
-                                   checkpoint=not args.no_checkpoint)
+                                   checkpoint=not args.no_checkpoint,
+                                   hold_snapshot=args.hold_snapshot, vacuum=args.vacuum)
                 r["run"] = run
                 results.append(r)
                 print(f"run {run} {name:<3} {mode:<4} copy {r['copy_jobs_s']:>8,.0f}/s "
@@ -657,6 +1166,14 @@ async def main() -> None:
           "only, without full-page images (those depend on checkpoint timing and are in\n"
           "drain_fpi_b_job); PG CPU is the drain connections' own backends\n")
     print(summary_table(results, layouts))
+    print()
+    print(reclaim_table(results, layouts))
+    if args.vacuum:
+        print()
+        print("| layout | VACUUM ms | VACUUM WAL B/job (incl. FPIs) | of which FPIs |\n|---|---|---|---|")
+        for name in layouts:
+            m = lambda key: median_of(results, name, key)  # noqa: E731
+            print(f"| {name} | {m('vacuum_ms'):,.1f} | {m('vacuum_wal_b_job'):,.0f} | {m('vacuum_fpi_b_job'):,.0f} |")
     print()
     print(detail_table(results, layouts))
 
