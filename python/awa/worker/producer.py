@@ -23,7 +23,11 @@ way: stopping waits for the statement in flight, so no job is claimed
 without being started. A claim can still commit on the server and lose its
 reply (the connection dropped in between): the reconciler compares what the
 database says this worker runs with what it holds, after any failed claim
-and every ``reconcile_interval``, and gives back the difference.
+and every ``reconcile_interval``, and gives back the difference. It is a
+service of its own and claims go on while it reads: its list can take
+seconds on a table whose running-jobs index is full of finished jobs
+vacuum has not yet removed, and claims paused for that long were the
+worst latency of a busy worker.
 """
 
 from __future__ import annotations
@@ -98,9 +102,7 @@ class Producer:
         self._in_flight = 0
         self._no_claim_in_flight = asyncio.Event()
         self._no_claim_in_flight.set()
-        self._reconciling = False
-        self._reconciled = asyncio.Event()
-        self._reconcile_at = time.monotonic() + reconcile_interval_s
+        self._reconcile_now = asyncio.Event()
         self._next_poll = time.monotonic() + poll_interval_s
         self.claims = 0
         self.reconciled = 0
@@ -109,7 +111,7 @@ class Producer:
         self._stopping = True
         self._stopped.set()
         self._claims.poke()
-        self._reconciled.set()
+        self._reconcile_now.set()
 
     @property
     def stopping(self) -> bool:
@@ -135,8 +137,6 @@ class Producer:
                 try:
                     if connection is None:
                         connection = await self._acquire()
-                    if time.monotonic() >= self._reconcile_at:
-                        await self._reconcile(connection)
                     await self._claim_or_wait(connection)
                     if failures:
                         failures = 0
@@ -145,7 +145,7 @@ class Producer:
                     failures += 1
                     self._health.failed(name, error)
                     # A claim that failed may have committed: look at once.
-                    self._reconcile_at = time.monotonic()
+                    self._reconcile_now.set()
                     delay = 0.0 if failures == 1 else _backoff(failures - 1)
                     level = (
                         logging.WARNING if isinstance(error, TRANSIENT_ERRORS) else logging.ERROR
@@ -181,9 +181,6 @@ class Producer:
         if now >= self._next_poll:
             self._dispatcher.mark_all_ready()
             self._next_poll = now + self._poll_interval_s
-        if self._reconciling:
-            await self._reconciled.wait()
-            return
         if self._completer.backlog > self._backlog_limit:
             # Outcomes are not being written: claiming more would only pile them up.
             await self._completer.wait_written(BACKLOG_WAIT_S)
@@ -192,7 +189,7 @@ class Producer:
         if plan is None:
             self._claims.clear()
             if not self._stopping and not self._dispatcher.can_claim():
-                wait_s = min(self._next_poll, self._reconcile_at) - now
+                wait_s = self._next_poll - now
                 await self._claims.wait(wait_s)
             return
         plan_id, queues, counts = plan
@@ -219,38 +216,49 @@ class Producer:
             if not self._in_flight:
                 self._no_claim_in_flight.set()
 
-    async def _reconcile(self, connection: Any) -> None:
+    async def reconciler(self) -> None:
+        """The reconciler service: after a failed claim, and every
+        ``reconcile_interval``."""
+        while not self._stopping:
+            await wait_for_event(self._reconcile_now, self._reconcile_interval_s)
+            self._reconcile_now.clear()
+            if self._stopping:
+                return
+            await self._reconcile()
+            self._health.ok("reconciler")
+
+    async def _reconcile(self) -> None:
         """Gives back jobs the database says this worker runs but it does not
-        hold: claims that committed after their reply was lost. No claim is
-        in flight meanwhile, so a job claimed just now is always held."""
-        self._reconcile_at = time.monotonic() + self._reconcile_interval_s
-        self._reconciling = True
-        self._reconciled.clear()
-        try:
-            await self._no_claim_in_flight.wait()
-            rows = await self._db.fetch(
-                "jobs_running_on_worker", self._worker_id, connection=connection
-            )
-            held_ids, _held_leases = self._dispatcher.held()
-            known = set(held_ids) | self._completer.unwritten_ids()
-            strays = [row for row in rows if row["id"] not in known]
-            if strays:
-                ids = [row["id"] for row in strays]
-                leases = [row["run_lease"] for row in strays]
-                released = await self._db.fetchrow(
-                    "jobs_release", ids, leases, connection=connection
-                )
-                count = 0 if released is None else released["released"]
-                self.reconciled += count
-                log.warning(
-                    "gave back %d job(s) the database said this worker runs but it did not "
-                    "hold (a claim whose reply was lost): %s",
-                    count, ", ".join(map(str, ids[:10])),
-                )  # fmt: skip
-                self._claims.ready(None)
-        finally:
-            self._reconciling = False
-            self._reconciled.set()
+        hold: claims that committed after their reply was lost.
+
+        Claims go on meanwhile. A claim sent after the list arrived ran
+        after the list was read, so none of its jobs is in it; a claim sent
+        before may be, and is settled (its jobs held) once no claim is in
+        flight. What is held and unwritten is read right then, with no
+        await in between, so no job of the list is taken for a stray while
+        its claim's reply is still on the way. A job whose outcome commits
+        meanwhile is left alone by the guarded release."""
+        rows = await self._db.fetch("jobs_running_on_worker", self._worker_id)
+        await self._no_claim_in_flight.wait()
+        held_ids, _held_leases = self._dispatcher.held()
+        known = set(held_ids) | self._completer.unwritten_ids()
+        strays = [row for row in rows if row["id"] not in known]
+        if not strays:
+            return
+        ids = [row["id"] for row in strays]
+        leases = [row["run_lease"] for row in strays]
+        released = await self._db.fetchrow("jobs_release", ids, leases)
+        count = 0 if released is None else released["released"]
+        self.reconciled += count
+        # A job whose outcome committed while the list was read shows up
+        # here too; the guarded release leaves it alone.
+        if count:
+            log.warning(
+                "gave back %d job(s) the database said this worker runs but it did not "
+                "hold (a claim whose reply was lost): %s",
+                count, ", ".join(map(str, ids[:10])),
+            )  # fmt: skip
+            self._claims.ready(None)
 
 
 def _backoff(failures: int) -> float:

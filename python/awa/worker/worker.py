@@ -105,6 +105,7 @@ class Worker:
         spawn("report", self._report)
         for index in range(config.claim_concurrency):
             spawn(f"claimer-{index}", self.producer.claimer(index))
+        spawn("reconciler", self.producer.reconciler)
         self.heartbeat.start()
         self._started = True
         await self._say_where(worker_id, hostname, pid)
