@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import Database, affected_rows, release_quietly
+from awa.db import Database, affected_rows, release_quietly, session_changed
 from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
@@ -137,6 +137,7 @@ class Completer:
         self._flush: Any = None
         self._flush_observed: dict[int, Pending] = {}
         self._finish = db.statement("jobs_finish_batch")
+        self._prepare_session = db.statement("jobs_write_prepare_session")
         self._finish_observed = db.statement("jobs_finish_batch_observed")
         self._insert_follow_ups = db.statement("jobs_insert_follow_ups")
         self._connection: Any = None
@@ -284,8 +285,20 @@ class Completer:
             return
 
     async def _acquire(self) -> Any:
+        """The completer's connection, kept across batches. On a session of
+        its own (no pooler), its writes never plan a scan of the whole table
+        (``jobs_write_prepare_session``); the pool resets that when the
+        connection goes back."""
         if self._connection is None:
-            self._connection = await self._db.pool.acquire()
+            connection = await self._db.pool.acquire()
+            if self._db.pooler is None:
+                try:
+                    session_changed(connection)
+                    await self._prepare_session.execute(connection)
+                except BaseException:
+                    await release_quietly(self._db.pool, connection)
+                    raise
+            self._connection = connection
         return self._connection
 
     async def _discard_connection(self) -> None:

@@ -146,8 +146,22 @@ SELECT state::text AS state, count(*) AS count FROM awa.jobs GROUP BY state ORDE
 -- generic plan cannot see how many rows a claim wants, so on a large table
 -- its estimate passes jit_above_cost and every claim paid ~60 ms to compile
 -- (a 3 M-job backlog drained at 1 200 jobs/s instead of 12 000).
+-- Without sequential scans: the one plan is made for the table as it is at
+-- the first claim, and a worker that started on an empty queue otherwise
+-- kept finding the claimed rows by scanning the whole table (40 ms a claim
+-- at 200 000 rows) until an ANALYZE replanned it. Every table access of a
+-- claim has an index; the pool resets the settings when the connection
+-- goes back.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
-       set_config('jit', 'off', false);
+       set_config('jit', 'off', false),
+       set_config('enable_seqscan', 'off', false);
+
+-- name: jobs_write_prepare_session
+-- The completer's session: its outcome writes find their rows by primary
+-- key whatever the table's statistics say. A plan cached while the table
+-- was empty otherwise scanned all of it for every batch (2.1 s a flush at
+-- 200 000 rows) until an ANALYZE replanned it.
+SELECT set_config('enable_seqscan', 'off', false);
 
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker,
