@@ -173,6 +173,21 @@ class Database:
         """Behind a pooler without a direct URL: no LISTEN, the poll timer finds work."""
         return self.pooler is not None and self.listen_url is None
 
+    async def acquire_session(self, prepare: Statement) -> Any:
+        """A pooled connection a service keeps. On a session of its own (no
+        pooler), ``prepare`` sets the session up first; the pool resets it
+        when the connection goes back. Behind a pooler the session is not
+        the service's, so it is left alone."""
+        connection = await self.pool.acquire()
+        if self.pooler is None:
+            try:
+                session_changed(connection)
+                await prepare.execute(connection)
+            except BaseException:
+                await release_quietly(self.pool, connection)
+                raise
+        return connection
+
     async def listen_connection(self) -> tuple[Any, bool]:
         """A connection to LISTEN on, and whether it came from the pool (to
         give back) rather than ``listen_url`` (to close)."""

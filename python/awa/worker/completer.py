@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import Database, affected_rows, release_quietly, session_changed
+from awa.db import Database, affected_rows, release_quietly
 from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
@@ -290,15 +290,7 @@ class Completer:
         (``jobs_write_prepare_session``); the pool resets that when the
         connection goes back."""
         if self._connection is None:
-            connection = await self._db.pool.acquire()
-            if self._db.pooler is None:
-                try:
-                    session_changed(connection)
-                    await self._prepare_session.execute(connection)
-                except BaseException:
-                    await release_quietly(self._db.pool, connection)
-                    raise
-            self._connection = connection
+            self._connection = await self._db.acquire_session(self._prepare_session)
         return self._connection
 
     async def _discard_connection(self) -> None:

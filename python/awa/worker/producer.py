@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import TRANSIENT_ERRORS, Database, release_quietly, session_changed
+from awa.db import TRANSIENT_ERRORS, Database, release_quietly
 
 if TYPE_CHECKING:
     from awa.worker.claims import ClaimSignal
@@ -165,16 +165,9 @@ class Producer:
         """A claimer's connection. On a session of its own (no pooler), claims
         use one generic plan: PostgreSQL otherwise plans each claim anew
         (its statement is cheap to run and costly to plan), about a third of
-        a claim's server time. The pool resets the setting when it goes back."""
-        connection = await self._db.pool.acquire()
-        if self._db.pooler is None:
-            try:
-                session_changed(connection)
-                await self._prepare_session.execute(connection)
-            except BaseException:
-                await release_quietly(self._db.pool, connection)
-                raise
-        return connection
+        a claim's server time; and never a sequential scan
+        (``jobs_claim_prepare_session``)."""
+        return await self._db.acquire_session(self._prepare_session)
 
     async def _claim_or_wait(self, connection: Any) -> None:
         now = time.monotonic()
