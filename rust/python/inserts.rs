@@ -8,6 +8,9 @@
 //! queue of each distinct (argument type, kind, queue) are resolved once,
 //! by one call back into the Python registry.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString};
@@ -20,27 +23,42 @@ use crate::staging::StagingBudget;
 use crate::unique::{UniqueOpts, UNIQUE_KEY_BYTES};
 
 /// How a value that breaks a limit is reported.
-enum Refusal<'a> {
-    /// `ValidationError`, its message prefixed (`jobs[3].`) in a batch.
-    Validation { prefix: &'a str },
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// `ValidationError`, its message prefixed with the job's position
+    /// (`jobs[3].`) in a batch; the prefix is written only for a refusal.
+    Validation { position: Option<usize> },
     /// `StagingError`, for a follow-up a handler stages.
     Staging,
 }
 
-impl Refusal<'_> {
-    fn err(&self, invalid: &Invalid) -> PyErr {
+impl Refusal {
+    fn err(self, invalid: &Invalid) -> PyErr {
         match self {
-            Refusal::Validation { prefix } => {
-                ValidationError::new_err((format!("{prefix}{invalid}"), invalid.field.clone()))
-            }
+            Refusal::Validation { position } => ValidationError::new_err((
+                format!("{}{invalid}", prefix(position)),
+                invalid.field.clone(),
+            )),
             Refusal::Staging => StagingError::new_err((invalid.to_string(), invalid.field.clone())),
         }
     }
 }
 
+/// `jobs[3].` for a job's position in a batch, else nothing.
+fn prefix(position: Option<usize>) -> String {
+    position.map_or_else(String::new, |index| format!("jobs[{index}]."))
+}
+
+/// An object's identity for the lookups of one call, which hold a
+/// reference to it, so no other object can take its address meanwhile.
+fn identity(value: Option<&Py<PyAny>>) -> usize {
+    value.map_or(0, |value| value.as_ptr() as usize)
+}
+
 /// One options object's values, read once per call.
 struct OptionSet {
-    source: Py<PyAny>,
+    /// Held so that its address identifies it for the whole call.
+    _source: Py<PyAny>,
     kind: Option<Py<PyAny>>,
     queue: Option<Py<PyAny>>,
     priority: i64,
@@ -66,8 +84,9 @@ enum MaxCrashes {
 /// What the registry said for one (argument type, kind, queue).
 struct Resolution {
     args_type: Py<PyAny>,
-    kind_option: Option<Py<PyAny>>,
-    queue_option: Option<Py<PyAny>>,
+    /// Held so that their addresses identify them for the whole call.
+    _kind_option: Option<Py<PyAny>>,
+    _queue_option: Option<Py<PyAny>>,
     kind: String,
     queue: String,
     queue_max_crashes: Option<i64>,
@@ -122,6 +141,7 @@ impl InsertRows {
         }
         added
     }
+
     fn __len__(&self) -> usize {
         self.batch.len()
     }
@@ -276,19 +296,15 @@ impl InsertRows {
     ) -> PyResult<Vec<(String, Py<PyAny>)>> {
         let staging = self.batch.budget().is_some();
         let start = self.batch.len();
-        let mut option_sets: Vec<OptionSet> = Vec::new();
-        let mut resolutions: Vec<Resolution> = Vec::new();
+        let mut option_sets = OptionSets::default();
+        let mut resolutions = Resolutions::default();
         for (index, args) in jobs.try_iter()?.enumerate() {
             let args = args?;
-            let prefix = if batch && !staging {
-                format!("jobs[{}].", start + index)
-            } else {
-                String::new()
-            };
+            let position = (batch && !staging).then_some(start + index);
             let refusal = if staging {
                 Refusal::Staging
             } else {
-                Refusal::Validation { prefix: &prefix }
+                Refusal::Validation { position }
             };
             let options = match &per_job {
                 Some(list) => list.get_item(index).map_err(|_| {
@@ -296,18 +312,18 @@ impl InsertRows {
                 })?,
                 None => options.clone(),
             };
-            let set = option_set(&mut option_sets, &options, &refusal)?;
-            let resolution = resolution(py, &mut resolutions, resolve, &args, set)?;
+            let set = option_sets.get(&options, refusal)?;
+            let resolution = resolutions.get(py, resolve, &args, set)?;
             if let Some(check) = &resolution.check {
                 check
                     .bind(py)
                     .call1((&args,))
-                    .map_err(|err| with_position(py, err, &prefix))?;
+                    .map_err(|err| with_position(py, err, position))?;
             }
             let input = JobInput {
                 kind: resolution.kind.clone(),
                 queue: resolution.queue.clone(),
-                args: encode(&args, "args", &refusal)?,
+                args: encode(&args, "args", refusal)?,
                 priority: set.priority,
                 max_attempts: set.max_attempts,
                 max_crashes: match set.max_crashes {
@@ -328,6 +344,7 @@ impl InsertRows {
                 .map_err(|invalid| refusal.err(&invalid))?;
         }
         Ok(resolutions
+            .seen
             .into_iter()
             .map(|seen| (seen.kind, seen.args_type))
             .collect())
@@ -336,8 +353,8 @@ impl InsertRows {
 
 /// A `ValidationError` from a per-job check, its message prefixed with the
 /// job's position in a batch (`jobs[3].args.to: …`); other errors as they are.
-fn with_position(py: Python<'_>, err: PyErr, prefix: &str) -> PyErr {
-    if prefix.is_empty() || !err.is_instance_of::<ValidationError>(py) {
+fn with_position(py: Python<'_>, err: PyErr, position: Option<usize>) -> PyErr {
+    if position.is_none() || !err.is_instance_of::<ValidationError>(py) {
         return err;
     }
     let value = err.value(py);
@@ -347,7 +364,8 @@ fn with_position(py: Python<'_>, err: PyErr, prefix: &str) -> PyErr {
         .and_then(|field| field.extract::<Option<String>>());
     match (message, field) {
         (Ok(message), Ok(field)) => {
-            let positioned = ValidationError::new_err((format!("{prefix}{message}"), field));
+            let positioned =
+                ValidationError::new_err((format!("{}{message}", prefix(position)), field));
             positioned.set_cause(py, Some(err));
             positioned
         }
@@ -355,15 +373,25 @@ fn with_position(py: Python<'_>, err: PyErr, prefix: &str) -> PyErr {
     }
 }
 
-/// The options of `options`, read the first time this call meets it.
-fn option_set<'s>(
-    sets: &'s mut Vec<OptionSet>,
-    options: &Bound<'_, PyAny>,
-    refusal: &Refusal,
-) -> PyResult<&'s OptionSet> {
-    if let Some(found) = sets.iter().position(|set| options.is(&set.source)) {
-        return Ok(&sets[found]);
+/// The options objects one call has read, by identity: a batch with an
+/// options object per job reads each once, and finds it in constant time.
+#[derive(Default)]
+struct OptionSets {
+    read: HashMap<usize, OptionSet>,
+}
+
+impl OptionSets {
+    /// The options of `options`, read the first time this call meets it.
+    fn get(&mut self, options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<&OptionSet> {
+        Ok(match self.read.entry(options.as_ptr() as usize) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => new.insert(read_options(options, refusal)?),
+        })
     }
+}
+
+/// An options object's values, checked.
+fn read_options(options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<OptionSet> {
     let fail = |invalid: Invalid| refusal.err(&invalid);
     let get = |name: &str| options.getattr(name);
     let optional = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
@@ -389,8 +417,8 @@ fn option_set<'s>(
     let unique = optional("unique")?
         .map(|value| unique_opts(&value).map_err(fail))
         .transpose()?;
-    sets.push(OptionSet {
-        source: options.clone().unbind(),
+    Ok(OptionSet {
+        _source: options.clone().unbind(),
         kind: optional("kind")?.map(Bound::unbind),
         queue: optional("queue")?.map(Bound::unbind),
         priority: int_field("priority", &get("priority")?).map_err(fail)?,
@@ -402,62 +430,68 @@ fn option_set<'s>(
         unique,
         timeout_ms: optional_int("timeout_ms", "timeout")?,
         deadline_us: optional_int("deadline_us", "deadline")?,
-    });
-    Ok(sets.last().expect("just pushed"))
+    })
 }
 
-/// The kind and queue for `args` under `set`: the registry's answer for the
-/// argument type and the kind and queue options, asked once per call.
-fn resolution<'r>(
-    py: Python<'_>,
-    seen: &'r mut Vec<Resolution>,
-    resolve: &Bound<'_, PyAny>,
-    args: &Bound<'_, PyAny>,
-    set: &OptionSet,
-) -> PyResult<&'r Resolution> {
-    let args_type = args.get_type();
-    let same = |a: &Option<Py<PyAny>>, b: &Option<Py<PyAny>>| match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => a.bind(py).is(b),
-        _ => false,
-    };
-    if let Some(found) = seen.iter().position(|known| {
-        args_type.is(&known.args_type)
-            && same(&known.kind_option, &set.kind)
-            && same(&known.queue_option, &set.queue)
-    }) {
-        return Ok(&seen[found]);
+/// What the registry said, by (argument type, kind option, queue option)
+/// identity, in the order first met.
+#[derive(Default)]
+struct Resolutions {
+    seen: Vec<Resolution>,
+    index: HashMap<(usize, usize, usize), usize>,
+}
+
+impl Resolutions {
+    /// The kind and queue for `args` under `set`: the registry's answer for
+    /// the argument type and the kind and queue options, asked once per call.
+    fn get(
+        &mut self,
+        py: Python<'_>,
+        resolve: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        set: &OptionSet,
+    ) -> PyResult<&Resolution> {
+        let args_type = args.get_type();
+        let key = (
+            args_type.as_ptr() as usize,
+            identity(set.kind.as_ref()),
+            identity(set.queue.as_ref()),
+        );
+        if let Some(&found) = self.index.get(&key) {
+            return Ok(&self.seen[found]);
+        }
+        let kind_option = set.kind.as_ref().map(|kind| kind.bind(py).clone());
+        let queue_option = set.queue.as_ref().map(|queue| queue.bind(py).clone());
+        let answer = resolve.call1((args, kind_option, queue_option))?;
+        let (kind, queue, queue_max_crashes, check): (
+            Bound<'_, PyAny>,
+            Bound<'_, PyAny>,
+            Option<i64>,
+            Option<Py<PyAny>>,
+        ) = answer.extract()?;
+        let refusal = Refusal::Validation { position: None };
+        let kind = text_field("kind", &kind).map_err(|invalid| refusal.err(&invalid))?;
+        let queue = text_field("queue", &queue).map_err(|invalid| refusal.err(&invalid))?;
+        self.index.insert(key, self.seen.len());
+        self.seen.push(Resolution {
+            args_type: args_type.into_any().unbind(),
+            _kind_option: set.kind.as_ref().map(|kind| kind.clone_ref(py)),
+            _queue_option: set.queue.as_ref().map(|queue| queue.clone_ref(py)),
+            kind,
+            queue,
+            queue_max_crashes,
+            check,
+        });
+        Ok(self.seen.last().expect("just pushed"))
     }
-    let kind_option = set.kind.as_ref().map(|kind| kind.bind(py).clone());
-    let queue_option = set.queue.as_ref().map(|queue| queue.bind(py).clone());
-    let answer = resolve.call1((args, kind_option, queue_option))?;
-    let (kind, queue, queue_max_crashes, check): (
-        Bound<'_, PyAny>,
-        Bound<'_, PyAny>,
-        Option<i64>,
-        Option<Py<PyAny>>,
-    ) = answer.extract()?;
-    let refusal = Refusal::Validation { prefix: "" };
-    let kind = text_field("kind", &kind).map_err(|invalid| refusal.err(&invalid))?;
-    let queue = text_field("queue", &queue).map_err(|invalid| refusal.err(&invalid))?;
-    seen.push(Resolution {
-        args_type: args_type.into_any().unbind(),
-        kind_option: set.kind.as_ref().map(|kind| kind.clone_ref(py)),
-        queue_option: set.queue.as_ref().map(|queue| queue.clone_ref(py)),
-        kind,
-        queue,
-        queue_max_crashes,
-        check,
-    });
-    Ok(seen.last().expect("just pushed"))
 }
 
 /// `encode_json`: a value as compact JSON, errors naming `field`.
 pub fn encode_json(value: &Bound<'_, PyAny>, field: &str) -> PyResult<String> {
-    encode(value, field, &Refusal::Validation { prefix: "" })
+    encode(value, field, Refusal::Validation { position: None })
 }
 
-fn encode(value: &Bound<'_, PyAny>, root: &str, refusal: &Refusal) -> PyResult<String> {
+fn encode(value: &Bound<'_, PyAny>, root: &str, refusal: Refusal) -> PyResult<String> {
     codec::encode(value, root).map_err(|err| match err {
         codec::EncodeError::Invalid(invalid) => refusal.err(&invalid),
         codec::EncodeError::Python(err) => err,
