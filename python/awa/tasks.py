@@ -180,23 +180,6 @@ class Registry:
             )
         self.queue_max_crashes[queue] = max_crashes
 
-    def resolve(
-        self, args: Any, kind: str | None, queue: str | None, *, require_task: bool = False
-    ) -> tuple[str, str]:
-        """The kind and queue an insert uses: explicit values first, then the
-        task registered for the argument type, then the class name. Refuses,
-        before any SQL, what no worker could run: arguments that do not
-        validate as the kind's registered type, and, with ``require_task``
-        (the client's own inserts), a derived kind no task handles unless
-        this client registers no tasks at all (a producer for another
-        service's workers; or name the kind). Follow-ups are exempt from the
-        latter: they often feed a stage other workers run, and refusing one
-        would fail the handler that staged it."""
-        kind, queue, _max_crashes, check = self.resolution(args, kind, queue, require_task)
-        if check is not None:
-            check(args)
-        return kind, queue
-
     def resolver(self, *, require_task: bool = False) -> Resolver:
         """:meth:`resolution` for the Rust core, which asks once per argument
         type, kind and queue in a batch and runs the check on every job."""
@@ -205,9 +188,18 @@ class Registry:
     def resolution(
         self, args: Any, kind: Any, queue: Any, require_task: bool = False
     ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None]:
-        """What :meth:`resolve` decides for arguments of this type: kind,
-        queue, the queue's default ``max_crashes``, and the check each job's
-        arguments must pass (``None``: they are the kind's own type)."""
+        """The kind and queue an insert of arguments of this type uses:
+        explicit values first, then the task registered for the argument
+        type, then the class name; with the queue's default ``max_crashes``
+        and the check each job's arguments must pass (``None``: they are the
+        kind's own type), so that what no worker could run is refused before
+        any SQL: arguments that do not validate as the kind's registered
+        type, and, with ``require_task`` (the client's own inserts), a
+        derived kind no task handles unless this client registers no tasks
+        at all (a producer for another service's workers; or name the kind).
+        Follow-ups are exempt from the latter: they often feed a stage other
+        workers run, and refusing one would fail the handler that staged
+        it."""
         if kind is None:
             kind = self._derived_kind(args, require_task)
         task = self.by_kind.get(kind) if isinstance(kind, str) else None
