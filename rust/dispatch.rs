@@ -9,9 +9,20 @@
 //! database did not return. [`Dispatcher::finish`] frees a slot when a
 //! handler returns.
 //!
+//! # Prefetch
+//! A queue whose handlers lately took less than [`Prefetch::below_s`] on
+//! average may hold up to [`Prefetch::jobs`] claimed jobs beyond its free
+//! slots. They wait here, in claim order, and [`Dispatcher::start_next`]
+//! starts one the moment a slot frees, so a short handler's slot is never
+//! idle for a claim's round trip. Long handlers never prefetch: a job held
+//! back for seconds in one process while another has free slots would be
+//! worse than the round trip saved. A cap across queues (`global_max`)
+//! turns prefetch off.
+//!
 //! # State model
-//! Per queue: `running + reserved <= max_workers`, and the sum over queues
-//! stays under the optional global cap. A queue whose last claim came back
+//! Per queue: `running <= max_workers`, `running + waiting + reserved <=
+//! max_workers + prefetch allowance`, and the sum over queues stays under the
+//! optional global cap. A queue whose last claim came back
 //! short is marked empty and skipped until something says it may have work
 //! again (a notification, a poll tick, or a retry scheduled by this worker).
 //!
@@ -19,7 +30,28 @@
 //! A claim that fails must still be settled, so reservations never leak.
 //! `finish` of an unknown job is ignored and reported, never a panic.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+
+/// How the mean handler time follows new samples: each finished handler
+/// moves it this fraction of the way.
+const HANDLER_TIME_WEIGHT: f64 = 0.2;
+
+/// Claiming ahead of free slots; `jobs == 0` turns it off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prefetch {
+    /// At most this many waiting jobs per queue (and never more than the
+    /// queue's `max_workers`).
+    pub jobs: u32,
+    /// Only while the queue's mean handler time is under this (seconds).
+    pub below_s: f64,
+}
+
+impl Prefetch {
+    pub const OFF: Prefetch = Prefetch {
+        jobs: 0,
+        below_s: 0.0,
+    };
+}
 
 /// One queue this worker serves.
 #[derive(Clone, Debug)]
@@ -28,6 +60,11 @@ pub struct QueueSlots {
     pub max_workers: u32,
     pub running: u32,
     pub reserved: u32,
+    /// Claimed beyond the free slots, in claim order; started by
+    /// [`Dispatcher::start_next`].
+    waiting: VecDeque<i64>,
+    /// Mean handler time lately, in seconds; `None` until one finished.
+    handler_s: Option<f64>,
     /// False after a short claim, until a wake-up says otherwise.
     maybe_has_jobs: bool,
     /// Counts wake-ups, so a claim that was already in flight when one came
@@ -40,6 +77,41 @@ pub struct QueueSlots {
 pub struct Held {
     pub queue: usize,
     pub run_lease: i64,
+    /// False while the job waits for a slot (prefetched).
+    pub started: bool,
+}
+
+/// What [`Dispatcher::start`] made of a claimed job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// A slot was free: run it now.
+    Run,
+    /// Prefetched: it waits for a slot.
+    Wait,
+}
+
+impl QueueSlots {
+    /// Jobs prefetched now, waiting for a slot.
+    pub fn waiting(&self) -> u32 {
+        u32::try_from(self.waiting.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Places running, waiting or reserved by a claim in flight.
+    fn taken(&self) -> u32 {
+        self.running + self.waiting() + self.reserved
+    }
+
+    /// Jobs a claim may take now: free slots plus the prefetch allowance,
+    /// which only a queue of short handlers has.
+    fn room(&self, prefetch: Prefetch) -> u32 {
+        let short = self.handler_s.is_some_and(|mean| mean < prefetch.below_s);
+        let ahead = if short {
+            prefetch.jobs.min(self.max_workers)
+        } else {
+            0
+        };
+        (self.max_workers + ahead).saturating_sub(self.taken())
+    }
 }
 
 #[derive(Debug)]
@@ -49,6 +121,7 @@ pub struct Dispatcher {
     held: HashMap<i64, Held>,
     claim_batch_max: u32,
     global_max: Option<u32>,
+    prefetch: Prefetch,
 }
 
 /// One claim's reservations: how many jobs of which queue, and how many of
@@ -80,7 +153,13 @@ impl Dispatcher {
         queues: Vec<(String, u32)>,
         claim_batch_max: u32,
         global_max: Option<u32>,
+        prefetch: Prefetch,
     ) -> Result<Self, String> {
+        if !(prefetch.below_s >= 0.0 && prefetch.below_s.is_finite()) {
+            return Err(
+                "the prefetch threshold must be a finite number of seconds, 0 or more".into(),
+            );
+        }
         if queues.is_empty() {
             return Err("at least one queue is needed".into());
         }
@@ -104,6 +183,8 @@ impl Dispatcher {
                 max_workers,
                 running: 0,
                 reserved: 0,
+                waiting: VecDeque::new(),
+                handler_s: None,
                 maybe_has_jobs: true,
                 wake_ups: 0,
             });
@@ -114,6 +195,14 @@ impl Dispatcher {
             held: HashMap::new(),
             claim_batch_max,
             global_max,
+            // Under a cap across queues, a job waiting for a slot of its own
+            // queue would hold a place under the cap that another queue's
+            // free slot could use.
+            prefetch: if global_max.is_some() {
+                Prefetch::OFF
+            } else {
+                prefetch
+            },
         })
     }
 
@@ -135,7 +224,7 @@ impl Dispatcher {
             if !queue.maybe_has_jobs || global_free == 0 {
                 continue;
             }
-            let free = queue.max_workers - queue.running - queue.reserved;
+            let free = queue.room(self.prefetch);
             let count = free.min(self.claim_batch_max).min(global_free);
             if count == 0 {
                 continue;
@@ -156,24 +245,52 @@ impl Dispatcher {
         })
     }
 
-    /// A claimed job begins: it takes one of the plan's reserved slots of
-    /// its queue. Returns false (and changes nothing) for a queue the plan
-    /// did not reserve, a plan already used up, or a job already held.
+    /// A claimed job arrives: it takes one of the plan's reserved slots of
+    /// its queue and runs now if a slot is free, else waits (prefetched).
+    /// Returns `None` (and changes nothing) for a queue the plan did not
+    /// reserve, a plan already used up, or a job already held.
     pub fn start(
         &mut self,
         plan: &mut ClaimPlan,
         job_id: i64,
         run_lease: i64,
         queue: usize,
-    ) -> bool {
+    ) -> Option<Start> {
         if self.held.contains_key(&job_id) || !plan.take_slot(queue) {
-            return false;
+            return None;
         }
         let slots = &mut self.queues[queue];
         slots.reserved -= 1;
+        let started = slots.running < slots.max_workers;
+        if started {
+            slots.running += 1;
+        } else {
+            slots.waiting.push_back(job_id);
+        }
+        self.held.insert(
+            job_id,
+            Held {
+                queue,
+                run_lease,
+                started,
+            },
+        );
+        Some(if started { Start::Run } else { Start::Wait })
+    }
+
+    /// Starts the queue's longest-waiting prefetched job if a slot is free;
+    /// returns its id.
+    pub fn start_next(&mut self, queue: usize) -> Option<i64> {
+        let slots = self.queues.get_mut(queue)?;
+        if slots.running >= slots.max_workers {
+            return None;
+        }
+        let job_id = slots.waiting.pop_front()?;
         slots.running += 1;
-        self.held.insert(job_id, Held { queue, run_lease });
-        true
+        if let Some(held) = self.held.get_mut(&job_id) {
+            held.started = true;
+        }
+        Some(job_id)
     }
 
     /// Returns the unused part of a plan. A queue that gave fewer jobs than
@@ -193,12 +310,24 @@ impl Dispatcher {
         }
     }
 
-    /// A handler returned (or its job was released): the slot is free.
-    /// Returns the job's queue, or `None` if this worker did not hold it.
-    pub fn finish(&mut self, job_id: i64) -> Option<usize> {
+    /// A handler returned after `handler_s` seconds (`None`: the job was
+    /// released, held back or cancelled unrun, which says nothing about its
+    /// handler), or a waiting job left: its place is free. Returns the job's
+    /// queue, or `None` if this worker did not hold it.
+    pub fn finish(&mut self, job_id: i64, handler_s: Option<f64>) -> Option<usize> {
         let held = self.held.remove(&job_id)?;
         let queue = &mut self.queues[held.queue];
-        queue.running -= 1;
+        if held.started {
+            queue.running -= 1;
+        } else {
+            queue.waiting.retain(|&waiting| waiting != job_id);
+        }
+        if let Some(seconds) = handler_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            queue.handler_s = Some(match queue.handler_s {
+                None => seconds,
+                Some(mean) => mean + (seconds - mean) * HANDLER_TIME_WEIGHT,
+            });
+        }
         Some(held.queue)
     }
 
@@ -208,7 +337,7 @@ impl Dispatcher {
             && self
                 .queues
                 .iter()
-                .any(|q| q.maybe_has_jobs && q.running + q.reserved < q.max_workers)
+                .any(|q| q.maybe_has_jobs && q.room(self.prefetch) > 0)
     }
 
     /// A notification or a poll says `queue` may have jobs.
@@ -242,7 +371,7 @@ impl Dispatcher {
         match self.global_max {
             None => u32::MAX,
             Some(limit) => {
-                let used: u32 = self.queues.iter().map(|q| q.running + q.reserved).sum();
+                let used: u32 = self.queues.iter().map(QueueSlots::taken).sum();
                 limit.saturating_sub(used)
             }
         }
@@ -258,6 +387,7 @@ mod tests {
             queues.iter().map(|(n, m)| ((*n).to_owned(), *m)).collect(),
             batch,
             global,
+            Prefetch::OFF,
         )
         .unwrap()
     }
@@ -277,13 +407,13 @@ mod tests {
         assert_eq!(plan.wanted, vec![(0, 3)]);
         assert!(d.plan_claim().is_none());
         for id in 1..=3 {
-            assert!(d.start(&mut plan, id, 1, 0));
+            assert_eq!(d.start(&mut plan, id, 1, 0), Some(Start::Run));
         }
-        assert!(!d.start(&mut plan, 4, 1, 0), "the plan is used up");
+        assert_eq!(d.start(&mut plan, 4, 1, 0), None, "the plan is used up");
         d.settle_claim(&plan, false);
         assert_eq!(d.queues()[0].running, 3);
         assert!(!d.can_claim());
-        assert_eq!(d.finish(2), Some(0));
+        assert_eq!(d.finish(2, None), Some(0));
         assert!(d.can_claim());
         assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 1)]);
     }
@@ -298,10 +428,10 @@ mod tests {
             (vec![(0, 4)], vec![(0, 4)])
         );
         for id in 1..=4 {
-            assert!(d.start(&mut second, id, 1, 0));
+            assert_eq!(d.start(&mut second, id, 1, 0), Some(Start::Run));
         }
         d.settle_claim(&second, false);
-        assert!(d.start(&mut first, 5, 1, 0));
+        assert_eq!(d.start(&mut first, 5, 1, 0), Some(Start::Run));
         d.settle_claim(&first, false);
         let queue = &d.queues()[0];
         assert_eq!((queue.running, queue.reserved), (5, 0));
@@ -317,15 +447,19 @@ mod tests {
         d.mark_ready(0);
         let mut only_a = d.plan_claim().unwrap();
         assert_eq!(only_a.wanted, vec![(0, 2)]);
-        assert!(!d.start(&mut only_a, 1, 1, 1), "queue b was not reserved");
-        assert!(d.start(&mut only_a, 1, 1, 0));
+        assert_eq!(
+            d.start(&mut only_a, 1, 1, 1),
+            None,
+            "queue b was not reserved"
+        );
+        assert_eq!(d.start(&mut only_a, 1, 1, 0), Some(Start::Run));
     }
 
     #[test]
     fn a_short_claim_marks_the_queue_empty_until_woken() {
         let mut d = dispatcher(&[("q", 10)], 10, None);
         let mut plan = d.plan_claim().unwrap();
-        assert!(d.start(&mut plan, 1, 1, 0));
+        assert_eq!(d.start(&mut plan, 1, 1, 0), Some(Start::Run));
         d.settle_claim(&plan, false);
         assert_eq!(d.queues()[0].reserved, 0);
         assert!(d.plan_claim().is_none());
@@ -358,22 +492,22 @@ mod tests {
     #[test]
     fn finishing_an_unknown_job_is_harmless() {
         let mut d = dispatcher(&[("q", 1)], 1, None);
-        assert_eq!(d.finish(42), None);
+        assert_eq!(d.finish(42, None), None);
         let mut plan = d.plan_claim().unwrap();
-        assert!(d.start(&mut plan, 7, 3, 0));
+        assert_eq!(d.start(&mut plan, 7, 3, 0), Some(Start::Run));
         d.settle_claim(&plan, false);
         d.mark_ready(0);
         assert!(d.plan_claim().is_none(), "the only slot is taken");
-        d.finish(7);
+        d.finish(7, None);
         let mut again = d.plan_claim().unwrap();
-        assert!(d.start(&mut again, 7, 4, 0));
+        assert_eq!(d.start(&mut again, 7, 4, 0), Some(Start::Run));
         d.settle_claim(&again, false);
         let mut third = plan_of(vec![(0, 1)]);
-        assert!(!d.start(&mut third, 7, 5, 0), "already held");
+        assert_eq!(d.start(&mut third, 7, 5, 0), None, "already held");
         assert_eq!(d.lease_of(7), Some(4));
         assert_eq!(d.held_count(), 1);
-        assert_eq!(d.finish(7), Some(0));
-        assert_eq!(d.finish(7), None);
+        assert_eq!(d.finish(7, None), Some(0));
+        assert_eq!(d.finish(7, None), None);
     }
 
     fn plan_of(wanted: Vec<(usize, u32)>) -> ClaimPlan {
@@ -399,12 +533,130 @@ mod tests {
         assert!(!d.can_claim());
     }
 
+    fn prefetching(max_workers: u32, jobs: u32) -> Dispatcher {
+        let prefetch = Prefetch {
+            jobs,
+            below_s: 0.05,
+        };
+        Dispatcher::new(vec![("q".into(), max_workers)], 100, None, prefetch).unwrap()
+    }
+
+    /// Runs one job through a claim and finishes it after `seconds`.
+    fn run_one(d: &mut Dispatcher, job_id: i64, seconds: f64) {
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(d.start(&mut plan, job_id, 1, 0), Some(Start::Run));
+        d.settle_claim(&plan, true);
+        d.finish(job_id, Some(seconds));
+    }
+
+    #[test]
+    fn no_prefetch_until_handlers_are_known_to_be_short() {
+        let mut d = prefetching(4, 4);
+        assert_eq!(
+            d.plan_claim().unwrap().wanted,
+            vec![(0, 4)],
+            "nothing known yet"
+        );
+        let mut d = prefetching(4, 4);
+        run_one(&mut d, 1, 0.2);
+        assert_eq!(
+            d.plan_claim().unwrap().wanted,
+            vec![(0, 4)],
+            "slow handlers"
+        );
+        let mut d = prefetching(4, 4);
+        run_one(&mut d, 1, 0.001);
+        assert_eq!(
+            d.plan_claim().unwrap().wanted,
+            vec![(0, 8)],
+            "short handlers"
+        );
+    }
+
+    #[test]
+    fn prefetched_jobs_wait_and_start_in_claim_order_as_slots_free() {
+        let mut d = prefetching(2, 2);
+        run_one(&mut d, 100, 0.001);
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 4)]);
+        let starts: Vec<_> = (1..=4).map(|id| d.start(&mut plan, id, 1, 0)).collect();
+        assert_eq!(
+            starts,
+            [
+                Some(Start::Run),
+                Some(Start::Run),
+                Some(Start::Wait),
+                Some(Start::Wait)
+            ]
+        );
+        d.settle_claim(&plan, false);
+        assert_eq!((d.queues()[0].running, d.queues()[0].waiting()), (2, 2));
+        assert_eq!(d.start_next(0), None, "no slot is free");
+        assert!(!d.can_claim(), "slots and prefetch are full");
+        d.finish(2, Some(0.001));
+        assert_eq!(d.start_next(0), Some(3));
+        assert_eq!(d.start_next(0), None);
+        d.finish(1, Some(0.001));
+        assert_eq!(d.start_next(0), Some(4));
+        assert_eq!((d.queues()[0].running, d.queues()[0].waiting()), (2, 0));
+        assert_eq!(d.held_count(), 2);
+    }
+
+    #[test]
+    fn a_waiting_job_that_leaves_frees_its_place_and_no_slot() {
+        let mut d = prefetching(1, 1);
+        run_one(&mut d, 100, 0.001);
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(d.start(&mut plan, 1, 1, 0), Some(Start::Run));
+        assert_eq!(d.start(&mut plan, 2, 1, 0), Some(Start::Wait));
+        d.settle_claim(&plan, false);
+        assert_eq!(d.finish(2, None), Some(0), "cancelled before it ran");
+        let queue = &d.queues()[0];
+        assert_eq!((queue.running, queue.waiting()), (1, 0));
+        assert_eq!(d.start_next(0), None);
+    }
+
+    #[test]
+    fn prefetch_is_capped_by_max_workers_and_stops_when_handlers_slow_down() {
+        let mut d = prefetching(2, 25);
+        run_one(&mut d, 100, 0.001);
+        let plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 4)], "at most max_workers ahead");
+        d.settle_claim(&plan, true);
+        for id in 0..20 {
+            run_one(&mut d, id, 1.0);
+        }
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 2)]);
+    }
+
+    #[test]
+    fn a_global_cap_turns_prefetch_off() {
+        let prefetch = Prefetch {
+            jobs: 5,
+            below_s: 1.0,
+        };
+        let mut d = Dispatcher::new(vec![("q".into(), 5)], 100, Some(6), prefetch).unwrap();
+        run_one(&mut d, 100, 0.001);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 5)]);
+    }
+
     #[test]
     fn bad_configurations_are_refused() {
-        assert!(Dispatcher::new(vec![], 1, None).is_err());
-        assert!(Dispatcher::new(vec![("q".into(), 0)], 1, None).is_err());
-        assert!(Dispatcher::new(vec![("q".into(), 1), ("q".into(), 2)], 1, None).is_err());
-        assert!(Dispatcher::new(vec![("q".into(), 1)], 0, None).is_err());
-        assert!(Dispatcher::new(vec![("q".into(), 1)], 1, Some(0)).is_err());
+        assert!(Dispatcher::new(vec![], 1, None, Prefetch::OFF).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 0)], 1, None, Prefetch::OFF).is_err());
+        assert!(Dispatcher::new(
+            vec![("q".into(), 1), ("q".into(), 2)],
+            1,
+            None,
+            Prefetch::OFF
+        )
+        .is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 1)], 0, None, Prefetch::OFF).is_err());
+        assert!(Dispatcher::new(vec![("q".into(), 1)], 1, Some(0), Prefetch::OFF).is_err());
+        let nan = Prefetch {
+            jobs: 1,
+            below_s: f64::NAN,
+        };
+        assert!(Dispatcher::new(vec![("q".into(), 1)], 1, None, nan).is_err());
     }
 }

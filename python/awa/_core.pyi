@@ -356,7 +356,7 @@ class Dispatcher:
     running job and :meth:`settle_claim` gives back what the claim did not
     return (a queue that came back short is skipped until :meth:`mark_ready`).
     Several plans may be in flight at once. :meth:`finish` frees a slot when
-    a handler returns.
+    a handler returns, and hands out a prefetched job waiting for it.
     """
 
     def __new__(
@@ -364,13 +364,20 @@ class Dispatcher:
         queues: Sequence[tuple[str, int]],
         claim_batch_max: int,
         global_max_workers: int | None = None,
+        prefetch: int = 0,
+        prefetch_below_s: float = 0.0,
     ) -> Self:
         """Serves ``queues``, pairs of queue name and its ``max_workers``.
 
         A claim takes at most ``claim_batch_max`` jobs per queue, and
         ``global_max_workers`` (``None``: no cap) bounds the jobs held across
-        all queues. Raises ``ValueError`` for no queues, a queue listed
-        twice, or a count below 1.
+        all queues. A queue whose handlers lately took under
+        ``prefetch_below_s`` seconds on average also claims up to
+        ``prefetch`` jobs (at most its ``max_workers``) beyond its free
+        slots; they wait for a slot (not under ``global_max_workers``, which
+        turns prefetch off). Raises ``ValueError`` for no queues, a
+        queue listed twice, a count below 1, or a threshold that is negative
+        or not finite.
         """
 
     def plan_claim(self) -> tuple[int, list[str], list[int]] | None:
@@ -378,11 +385,15 @@ class Dispatcher:
         claim, or ``None`` when nothing is worth claiming. Every plan must
         be settled with :meth:`settle_claim`."""
 
-    def start(self, plan_id: int, job_id: int, run_lease: int, queue: str) -> bool:
-        """Records a job claimed by plan ``plan_id`` as running in one of the
-        plan's reserved slots of ``queue``.
+    def start(
+        self, plan_id: int, job_id: int, run_lease: int, queue: str
+    ) -> Literal["run", "wait"] | None:
+        """Records a job claimed by plan ``plan_id`` in one of the plan's
+        reserved places of ``queue``: ``"run"`` when a slot is free (start
+        it now), ``"wait"`` when it was prefetched (:meth:`finish` hands it
+        out once a slot frees).
 
-        Returns ``False`` (and changes nothing) when the plan is unknown or
+        Returns ``None`` (and changes nothing) when the plan is unknown or
         has no reservation left for the queue, the queue is not served here,
         or the job is already held.
         """
@@ -394,9 +405,15 @@ class Dispatcher:
         ready for the retry). Raises ``RuntimeError`` for an unknown (or
         already settled) plan."""
 
-    def finish(self, job_id: int) -> bool:
-        """Frees the slot of a finished job (an unknown id is ignored);
-        returns :meth:`can_claim`."""
+    def finish(
+        self, job_id: int, handler_s: float | None = None, start_next: bool = False
+    ) -> tuple[bool, int | None]:
+        """Frees the place of a job whose handler returned after
+        ``handler_s`` seconds (``None``: it left without its handler
+        running to the end: released, held back, cancelled while waiting);
+        an unknown id is ignored. With ``start_next``, the queue's
+        longest-waiting prefetched job takes the freed slot. Returns
+        ``(can_claim(), the id of the job to start now or None)``."""
 
     def can_claim(self) -> bool:
         """Whether a claim now could take anything: a free slot, within the
@@ -418,6 +435,10 @@ class Dispatcher:
     def running(self, queue: str) -> int:
         """Jobs held in ``queue`` (running, or claimed and about to run);
         0 for a queue not served here."""
+
+    def waiting(self, queue: str) -> int:
+        """Prefetched jobs of ``queue`` waiting for a slot; 0 for a queue
+        not served here."""
 
     def __len__(self) -> int:
         """The number of jobs held."""

@@ -17,7 +17,13 @@ DEFAULT_MAX_WORKERS = 10
 DEFAULT_MAX_CRASHES = 5
 # Settings for which 0 means something (flush at once, keep nothing).
 _ZERO_ALLOWED = frozenset(
-    {"flush_interval", "completed_retention", "cancelled_retention", "dead_letter_retention"}
+    {
+        "flush_interval",
+        "completed_retention",
+        "cancelled_retention",
+        "dead_letter_retention",
+        "prefetch_below",
+    }
 )
 
 
@@ -31,6 +37,18 @@ class WorkerConfig:
     claim_batch_size: int = 25
     #: Claims that may be in flight at once (each on its own connection).
     claim_concurrency: int = 1
+    #: Jobs per queue claimed ahead of free slots (at most the queue's
+    #: ``max_workers``), so a freed slot starts its next job at once instead
+    #: of waiting for a claim's round trip; 0 turns it off. Only queues whose
+    #: handlers lately took under ``prefetch_below`` on average prefetch:
+    #: a long job is never held back in one process while another has a free
+    #: slot. A prefetched job is ``running`` in the database while it waits
+    #: (a wait of about one short handler), its attempt's deadline counts
+    #: from the claim, and shutdown gives it back unrun. ``global_max_workers``
+    #: turns it off (a waiting job would hold a place under the cap).
+    prefetch: int = 25
+    #: Seconds; see ``prefetch`` (0: never prefetch).
+    prefetch_below: float = 0.05
     #: Cap on handlers running at once across all queues (None: sum of queues).
     global_max_workers: int | None = None
     #: Poll for jobs this often even without notifications (the fallback).
@@ -101,6 +119,8 @@ class WorkerConfig:
             if field.name in {"queues", "queue_timeouts", "dead_letter_retention_by_queue"}:
                 continue
             if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
+                continue
+            if field.name == "prefetch" and value == 0 and not isinstance(value, bool):
                 continue
             if field.type in ("int", "int | None"):
                 _require_positive_int(field.name, value)

@@ -146,7 +146,9 @@ class AwaTestClient:
 
         lifecycle = client._lifecycle
         # The worker's own pipeline, sized for one job (see awa/worker/pipeline.py).
-        config = WorkerConfig(queues=((row["queue"], 1),), claim_batch_size=1, flush_interval=0.0)
+        config = WorkerConfig(
+            queues=((row["queue"], 1),), claim_batch_size=1, prefetch=0, flush_interval=0.0
+        )
         pipeline = Pipeline.build(db, lifecycle, config, worker_id, Health(config.unhealthy_after))
         dispatcher, executor, completer = pipeline.dispatcher, pipeline.executor, pipeline.completer
         dispatcher.mark_all_ready()

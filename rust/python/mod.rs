@@ -64,14 +64,21 @@ struct Dispatcher {
 #[pymethods]
 impl Dispatcher {
     #[new]
-    #[pyo3(signature = (queues, claim_batch_max, global_max_workers = None))]
+    #[pyo3(signature = (queues, claim_batch_max, global_max_workers = None, prefetch = 0, prefetch_below_s = 0.0))]
     fn new(
         queues: Vec<(String, u32)>,
         claim_batch_max: u32,
         global_max_workers: Option<u32>,
+        prefetch: u32,
+        prefetch_below_s: f64,
     ) -> PyResult<Self> {
-        let inner = dispatch::Dispatcher::new(queues, claim_batch_max, global_max_workers)
-            .map_err(PyValueError::new_err)?;
+        let prefetch = dispatch::Prefetch {
+            jobs: prefetch,
+            below_s: prefetch_below_s,
+        };
+        let inner =
+            dispatch::Dispatcher::new(queues, claim_batch_max, global_max_workers, prefetch)
+                .map_err(PyValueError::new_err)?;
         Ok(Dispatcher {
             inner,
             pending: HashMap::new(),
@@ -95,16 +102,22 @@ impl Dispatcher {
         Some((self.next_plan_id, names, counts))
     }
 
-    /// A job claimed by plan `plan_id` starts; false when it does not fit
-    /// the plan (or the plan is unknown).
-    fn start(&mut self, plan_id: u64, job_id: i64, run_lease: i64, queue: &str) -> bool {
-        let (Some(index), Some(plan)) = (
-            self.inner.queue_index(queue),
-            self.pending.get_mut(&plan_id),
-        ) else {
-            return false;
-        };
-        self.inner.start(plan, job_id, run_lease, index)
+    /// A job claimed by plan `plan_id` arrives: `"run"` (a slot is free),
+    /// `"wait"` (prefetched: [`finish`] hands it out when a slot frees), or
+    /// `None` when it does not fit the plan (or the plan is unknown).
+    fn start(
+        &mut self,
+        plan_id: u64,
+        job_id: i64,
+        run_lease: i64,
+        queue: &str,
+    ) -> Option<&'static str> {
+        let index = self.inner.queue_index(queue)?;
+        let plan = self.pending.get_mut(&plan_id)?;
+        Some(match self.inner.start(plan, job_id, run_lease, index)? {
+            dispatch::Start::Run => "run",
+            dispatch::Start::Wait => "wait",
+        })
     }
 
     /// Gives back the unused part of a plan; an unknown id is an error. A
@@ -118,11 +131,24 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Frees the slot of a finished job; returns whether a claim could now
-    /// take something.
-    fn finish(&mut self, job_id: i64) -> bool {
-        self.inner.finish(job_id);
-        self.inner.can_claim()
+    /// Frees the place of a job that finished after `handler_s` seconds
+    /// (`None`: it left without its handler running to the end). With
+    /// `start_next`, the queue's longest-waiting prefetched job takes the
+    /// freed slot. Returns `(whether a claim could now take something, the
+    /// id of the job to start now or None)`.
+    #[pyo3(signature = (job_id, handler_s = None, start_next = false))]
+    fn finish(
+        &mut self,
+        job_id: i64,
+        handler_s: Option<f64>,
+        start_next: bool,
+    ) -> (bool, Option<i64>) {
+        let queue = self.inner.finish(job_id, handler_s);
+        let next = match queue {
+            Some(index) if start_next => self.inner.start_next(index),
+            _ => None,
+        };
+        (self.inner.can_claim(), next)
     }
 
     fn can_claim(&self) -> bool {
@@ -162,6 +188,13 @@ impl Dispatcher {
         self.inner
             .queue_index(queue)
             .map_or(0, |index| self.inner.queues()[index].running)
+    }
+
+    /// Prefetched jobs of `queue` waiting for a slot.
+    fn waiting(&self, queue: &str) -> u32 {
+        self.inner
+            .queue_index(queue)
+            .map_or(0, |index| self.inner.queues()[index].waiting())
     }
 
     fn __len__(&self) -> usize {

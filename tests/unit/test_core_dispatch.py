@@ -2,7 +2,8 @@
 jobs this worker holds.
 
 A claim is plan → start (once per job the database returned) → settle;
-several plans may be in flight. finish frees a slot when a handler returns.
+several plans may be in flight. finish frees a slot when a handler returns,
+and hands out a prefetched job waiting for it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def wanted(plan: tuple[int, list[str], list[int]] | None) -> tuple[list[str], li
     return None if plan is None else (plan[1], plan[2])
 
 
-def claim(dispatcher: _core.Dispatcher, jobs: Iterable[tuple[int, str]]) -> list[bool]:
+def claim(dispatcher: _core.Dispatcher, jobs: Iterable[tuple[int, str]]) -> list[str | None]:
     """One claim round: plan, start ``(job_id, queue)`` pairs, settle.
 
     Returns what ``start`` said for each job. Leases are the job id * 10.
@@ -35,7 +36,7 @@ def claim(dispatcher: _core.Dispatcher, jobs: Iterable[tuple[int, str]]) -> list
 def fill(dispatcher: _core.Dispatcher, queue: str, first_id: int, count: int) -> None:
     """Claims ``count`` jobs for ``queue`` with consecutive ids."""
     started = claim(dispatcher, ((job_id, queue) for job_id in range(first_id, first_id + count)))
-    assert all(started)
+    assert started == ["run"] * count
 
 
 # ── planning ────────────────────────────────────────────────────────────
@@ -52,7 +53,7 @@ def test_two_plans_in_flight_reserve_different_slots() -> None:
     assert first is not None and second is not None
     assert first[0] != second[0]
     assert wanted(first) == wanted(second) == (["q"], [4])
-    assert dispatcher.start(second[0], 1, 10, "q") is True
+    assert dispatcher.start(second[0], 1, 10, "q") == "run"
     dispatcher.settle_claim(first[0])  # came back empty
     dispatcher.settle_claim(second[0])
     assert dispatcher.running("q") == 1
@@ -64,11 +65,11 @@ def test_a_job_counts_against_its_own_plan_only() -> None:
     first, second = dispatcher.plan_claim(), dispatcher.plan_claim()
     assert first is not None and second is not None
     assert [dispatcher.start(first[0], job_id, 1, "q") for job_id in (1, 2, 3)] == [
-        True,
-        True,
-        False,
+        "run",
+        "run",
+        None,
     ]
-    assert dispatcher.start(second[0], 3, 1, "q") is True
+    assert dispatcher.start(second[0], 3, 1, "q") == "run"
 
 
 def test_settling_an_unknown_plan_raises() -> None:
@@ -107,7 +108,7 @@ def test_the_global_cap_counts_running_jobs() -> None:
     fill(dispatcher, "a", 1, 3)
     assert dispatcher.can_claim() is False
     assert dispatcher.plan_claim() is None
-    assert dispatcher.finish(2) is True
+    assert dispatcher.finish(2) == (True, None)
     plan = dispatcher.plan_claim()
     assert wanted(plan) == (["a"], [1])
     dispatcher.settle_claim(plan[0])
@@ -118,7 +119,7 @@ def test_the_global_cap_counts_running_jobs() -> None:
 
 def test_started_jobs_are_held_with_their_lease() -> None:
     dispatcher = _core.Dispatcher([("email", 2), ("default", 2)], 10)
-    assert claim(dispatcher, [(1, "email"), (2, "default")]) == [True, True]
+    assert claim(dispatcher, [(1, "email"), (2, "default")]) == ["run", "run"]
     assert len(dispatcher) == 2
     assert dispatcher.lease_of(1) == 10
     assert dispatcher.lease_of(3) is None
@@ -130,27 +131,27 @@ def test_started_jobs_are_held_with_their_lease() -> None:
 
 def test_a_job_beyond_the_plan_is_not_started() -> None:
     dispatcher = _core.Dispatcher([("q", 2)], 10)
-    assert claim(dispatcher, [(1, "q"), (2, "q"), (3, "q")]) == [True, True, False]
+    assert claim(dispatcher, [(1, "q"), (2, "q"), (3, "q")]) == ["run", "run", None]
     assert dispatcher.lease_of(3) is None
     assert dispatcher.running("q") == 2
 
 
 def test_a_job_already_held_is_not_started_twice() -> None:
     dispatcher = _core.Dispatcher([("q", 3)], 10)
-    assert claim(dispatcher, [(1, "q"), (1, "q")]) == [True, False]
+    assert claim(dispatcher, [(1, "q"), (1, "q")]) == ["run", None]
     assert len(dispatcher) == 1
 
 
 def test_a_job_of_an_unserved_queue_is_not_started() -> None:
     dispatcher = _core.Dispatcher([("q", 3)], 10)
-    assert claim(dispatcher, [(1, "elsewhere")]) == [False]
+    assert claim(dispatcher, [(1, "elsewhere")]) == [None]
     assert dispatcher.running("elsewhere") == 0
     assert len(dispatcher) == 0
 
 
 def test_a_job_started_without_a_plan_is_refused() -> None:
     dispatcher = _core.Dispatcher([("q", 3)], 10)
-    assert dispatcher.start(1, 1, 1, "q") is False
+    assert dispatcher.start(1, 1, 1, "q") is None
 
 
 # ── settling ────────────────────────────────────────────────────────────
@@ -209,7 +210,7 @@ def test_finishing_frees_the_slot_and_says_a_claim_could_take_it() -> None:
     dispatcher = _core.Dispatcher([("q", 2)], 10)
     fill(dispatcher, "q", 1, 2)
     assert dispatcher.can_claim() is False
-    assert dispatcher.finish(1) is True
+    assert dispatcher.finish(1) == (True, None)
     assert dispatcher.running("q") == 1
     assert dispatcher.lease_of(1) is None
     plan = dispatcher.plan_claim()
@@ -220,7 +221,7 @@ def test_finishing_frees_the_slot_and_says_a_claim_could_take_it() -> None:
 def test_finishing_in_a_drained_queue_says_no_claim_is_worth_it() -> None:
     dispatcher = _core.Dispatcher([("q", 5)], 10)
     fill(dispatcher, "q", 1, 2)  # short claim: the queue is drained
-    assert dispatcher.finish(1) is False
+    assert dispatcher.finish(1) == (False, None)
 
 
 def test_finishing_an_unknown_job_is_ignored() -> None:
@@ -280,3 +281,62 @@ def test_a_notification_during_a_claim_in_flight_is_not_undone_by_its_short_resu
     assert dispatcher.mark_ready("q")  # a job committed after the claim's snapshot
     dispatcher.settle_claim(plan[0])  # the claim came back empty
     assert dispatcher.can_claim(), "the notification must not be lost"
+
+
+# ── prefetch ────────────────────────────────────────────────────────────
+
+
+def prefetching(max_workers: int, prefetch: int) -> _core.Dispatcher:
+    """A dispatcher that has seen one short handler, so it prefetches."""
+    dispatcher = _core.Dispatcher(
+        [("q", max_workers)], 100, prefetch=prefetch, prefetch_below_s=0.05
+    )
+    assert claim(dispatcher, [(1000, "q")]) == ["run"]
+    dispatcher.mark_ready("q")
+    assert dispatcher.finish(1000, 0.001) == (True, None)
+    return dispatcher
+
+
+def test_short_handlers_claim_ahead_and_prefetched_jobs_wait() -> None:
+    dispatcher = prefetching(2, 2)
+    assert wanted(dispatcher.plan_claim()) == (["q"], [4])
+
+
+def test_a_freed_slot_goes_to_the_longest_waiting_job_unless_told_not_to() -> None:
+    dispatcher = prefetching(2, 2)
+    assert claim(dispatcher, [(1, "q"), (2, "q"), (3, "q"), (4, "q")]) == [
+        "run",
+        "run",
+        "wait",
+        "wait",
+    ]
+    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (2, 2)
+    assert dispatcher.finish(1, 0.001, True) == (True, 3), "room for one more ahead"
+    assert dispatcher.finish(2, 0.001) == (True, None), "start_next defaults to False"
+    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (1, 1)
+    assert sorted(dispatcher.held()[0]) == [3, 4]
+
+
+def test_a_waiting_job_that_leaves_frees_no_running_slot() -> None:
+    dispatcher = prefetching(1, 1)
+    assert claim(dispatcher, [(1, "q"), (2, "q")]) == ["run", "wait"]
+    assert dispatcher.finish(2, None, True) == (True, None)
+    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (1, 0)
+
+
+def test_slow_handlers_and_a_global_cap_do_not_prefetch() -> None:
+    slow = _core.Dispatcher([("q", 2)], 100, prefetch=2, prefetch_below_s=0.05)
+    assert claim(slow, [(1, "q")]) == ["run"]
+    slow.mark_ready("q")
+    slow.finish(1, 0.5)
+    assert wanted(slow.plan_claim()) == (["q"], [2])
+    capped = _core.Dispatcher([("q", 2)], 100, 10, prefetch=2, prefetch_below_s=0.05)
+    assert claim(capped, [(1, "q")]) == ["run"]
+    capped.mark_ready("q")
+    capped.finish(1, 0.001)
+    assert wanted(capped.plan_claim()) == (["q"], [2])
+
+
+def test_a_bad_prefetch_threshold_is_refused() -> None:
+    with pytest.raises(ValueError, match="prefetch threshold"):
+        _core.Dispatcher([("q", 1)], 1, prefetch=1, prefetch_below_s=float("nan"))

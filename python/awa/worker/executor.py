@@ -2,14 +2,18 @@
 
 Overview: the producer hands each claimed row to :meth:`Executor.start`,
 which builds the :class:`~awa.RunningJob` and runs its handler in a task of
-its own (sync ``def`` handlers run in a thread pool). When the handler
-returns or raises, :mod:`awa.worker.outcome` turns that into an
+its own (sync ``def`` handlers run in a thread pool). A prefetched job (the
+dispatcher claimed it ahead of a free slot) waits here until a handler of
+its queue finishes, and starts in that handler's slot at once; the time it
+waited comes off its attempt's budget, which counts from the claim. When
+the handler returns or raises, :mod:`awa.worker.outcome` turns that into an
 :class:`~awa.worker.outcome.Outcome`, which goes to the completer as a value
 (``completer.record(job, outcome)``); the slot is freed and the producer
 told. Nothing here waits on the database.
 
 Failure handling: a handler cancelled by shutdown records nothing; the
-worker releases its job. Anything else a handler does, including raising
+worker releases its job, as it does every prefetched job that never started
+(none starts once shutdown begins). Anything else a handler does, including raising
 ``CancelledError`` on its own, is an outcome.
 """
 
@@ -70,6 +74,9 @@ class Executor:
         self.control = JobControl(on_cancel=self.cancel_requested, on_resumed=self.resumed)
         # Running handlers (and quarantined jobs being given back) by job id.
         self._running: dict[int, tuple[asyncio.Task[None], RunningJob[Any]]] = {}
+        # Prefetched rows waiting for a slot, with when they were claimed.
+        self._waiting: dict[int, tuple[Any, float]] = {}
+        self._starting_new = True
         # Running jobs whose task set interrupt_on_cancel, and those of them
         # interrupted by a cancellation (their attempts record nothing).
         self._interruptible: set[int] = set()
@@ -79,15 +86,23 @@ class Executor:
         self.finished = 0
 
     def start(self, row: Any, plan_id: int) -> None:
-        """Starts the handler for a row claimed by plan ``plan_id``."""
-        task_def = self._registry.by_kind.get(row["kind"])
-        decode = task_def.decode_args if task_def is not None else None
-        if not self._dispatcher.start(plan_id, row["id"], row["run_lease"], row["queue"]):
+        """Starts the handler for a row claimed by plan ``plan_id``, or keeps
+        the row until a slot frees (it was prefetched)."""
+        verdict = self._dispatcher.start(plan_id, row["id"], row["run_lease"], row["queue"])
+        if verdict is None:
             # The claim returned more than was asked, or a job this worker
             # already runs (a claim the server forgot and handed out again):
             # the reconciler gives it back.
             log.error("claimed job %d without a free slot; leaving it claimed", row["id"])
-            return
+        elif verdict == "wait":
+            self._waiting[row["id"]] = (row, time.monotonic())
+        else:
+            self._begin(row, waited_s=0.0)
+
+    def _begin(self, row: Any, *, waited_s: float) -> None:
+        """Runs the handler of a held job, in the slot the dispatcher gave it."""
+        task_def = self._registry.by_kind.get(row["kind"])
+        decode = task_def.decode_args if task_def is not None else None
         control = self.control
         if control.holds(row["kind"], row["args"]):
             job: RunningJob[Any] = RunningJob.claimed(row, decode, None, self._db, control)
@@ -99,6 +114,8 @@ class Executor:
         if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
         budget_s = _attempt_budget(row, job, task_def)
+        if budget_s is not None and waited_s:
+            budget_s = max(budget_s - waited_s, 0.0)
         task = asyncio.create_task(
             self._run(job, stage, task_def, budget_s), name=f"{JOB_TASK_PREFIX}{job.id}"
         )
@@ -133,12 +150,16 @@ class Executor:
             log.error("holding quarantined job %d failed (%s)", job.id, error)
         finally:
             self._running.pop(job.id, None)
-            self._claims.slot_freed(self._dispatcher.finish(job.id))
+            self._free_slot(job.id, handler_s=None)
 
     def cancel_requested(self, job_id: int) -> None:
         """The job was cancelled on request: a handler that opted in is
         interrupted (its attempt then records nothing: the job is already
         cancelled)."""
+        if self._waiting.pop(job_id, None) is not None:
+            # Prefetched and not started: it simply never runs here.
+            self._free_slot(job_id, handler_s=None)
+            return
         running = self._running.get(job_id)
         if running is None:
             return  # not running here
@@ -171,7 +192,7 @@ class Executor:
             if job.id in self._cancelled_on_request:
                 # The job is already cancelled; any write would be refused.
                 stage.discard()
-                self._finish(job)
+                self._finish(job, handler_s=None)
                 return
             current = asyncio.current_task()
             if self._shutting_down and current is not None and current.cancelling():
@@ -186,7 +207,7 @@ class Executor:
             decided = outcome.of_result(job, result, time.monotonic() - started)
         self._completer.record(job, decided)
         self._reporter.finished(job, decided)
-        self._finish(job)
+        self._finish(job, handler_s=time.monotonic() - started)
 
     async def _call_handler(
         self, job: RunningJob[Any], task_def: Task | None, budget_s: float | None
@@ -237,14 +258,25 @@ class Executor:
             self._cancelled_on_request.discard(job_id)
         self.control.forget(job_id)
 
-    def _finish(self, job: RunningJob[Any]) -> None:
+    def _finish(self, job: RunningJob[Any], *, handler_s: float | None) -> None:
         self._forget(job)
         self.finished += 1
-        self._claims.slot_freed(self._dispatcher.finish(job.id))
+        self._free_slot(job.id, handler_s=handler_s)
+
+    def _free_slot(self, job_id: int, *, handler_s: float | None) -> None:
+        """The job's place is free: a prefetched job of its queue takes the
+        slot (unless shutdown began), and idle claimers hear of the room."""
+        can_claim, next_id = self._dispatcher.finish(job_id, handler_s, self._starting_new)
+        if next_id is not None:
+            row, claimed_at = self._waiting.pop(next_id)
+            self._begin(row, waited_s=time.monotonic() - claimed_at)
+        self._claims.slot_freed(can_claim)
 
     async def stop(self, timeout_s: float) -> None:
         """Waits up to ``timeout_s`` for running handlers, then cancels the rest
-        (they record nothing; their jobs stay held for the worker to release)."""
+        (they record nothing; their jobs stay held for the worker to release).
+        No prefetched job starts from here on: the worker releases them."""
+        self._starting_new = False
         pending = {task for task, _job in self._running.values()}
         if pending:
             _done, pending = await asyncio.wait(pending, timeout=max(timeout_s, 0.0))

@@ -47,7 +47,11 @@ class Pipeline:
         health: Health,
     ) -> Pipeline:
         dispatcher = _core.Dispatcher(
-            list(config.queues), config.claim_batch_size, config.global_max_workers
+            list(config.queues),
+            config.claim_batch_size,
+            config.global_max_workers,
+            prefetch=config.prefetch,
+            prefetch_below_s=config.prefetch_below,
         )
         claims = ClaimSignal(dispatcher)
         reporter = Reporter()

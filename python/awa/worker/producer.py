@@ -201,6 +201,9 @@ class Producer:
             )
             failed = False
             self.claims += 1
+            if len(rows) > 1:
+                # RETURNING keeps no order; prefetched jobs wait in this one.
+                rows.sort(key=_urgency)
             for row in rows:
                 self._executor.start(row, plan_id)
         finally:
@@ -252,6 +255,10 @@ class Producer:
                 count, ", ".join(map(str, ids[:10])),
             )  # fmt: skip
             self._claims.ready(None)
+
+
+def _urgency(row: Any) -> tuple[int, Any, int]:
+    return row["priority"], row["run_at"], row["id"]
 
 
 def _backoff(failures: int) -> float:
