@@ -10,13 +10,15 @@
 //! handler returns.
 //!
 //! # Prefetch
-//! A queue whose handlers lately took less than [`Prefetch::below_s`] on
-//! average may hold up to [`Prefetch::jobs`] claimed jobs beyond its free
-//! slots. They wait here, in claim order, and [`Dispatcher::start_next`]
+//! A queue may hold up to [`Prefetch::jobs`] claimed jobs beyond its free
+//! slots: as many as its slots get through within [`Prefetch::wait_s`] at
+//! its mean handler time, so a prefetched job waits about that long at most
+//! and long handlers never prefetch (a job held back for seconds in one
+//! process while another has free slots would be worse than the round trip
+//! saved). They wait here, in claim order, and [`Dispatcher::start_next`]
 //! starts one the moment a slot frees, so a short handler's slot is never
-//! idle for a claim's round trip. Long handlers never prefetch: a job held
-//! back for seconds in one process while another has free slots would be
-//! worse than the round trip saved. A cap across queues (`global_max`)
+//! idle for a claim's round trip. While they keep the slots busy, claims
+//! wait until they can be full. A cap across queues (`global_max`)
 //! turns prefetch off.
 //!
 //! # State model
@@ -39,17 +41,17 @@ const HANDLER_TIME_WEIGHT: f64 = 0.2;
 /// Claiming ahead of free slots; `jobs == 0` turns it off.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prefetch {
-    /// At most this many waiting jobs per queue (and never more than the
-    /// queue's `max_workers`).
+    /// At most this many waiting jobs per queue.
     pub jobs: u32,
-    /// Only while the queue's mean handler time is under this (seconds).
-    pub below_s: f64,
+    /// The longest a prefetched job should expect to wait for its slot
+    /// (seconds), at the queue's mean handler time.
+    pub wait_s: f64,
 }
 
 impl Prefetch {
     pub const OFF: Prefetch = Prefetch {
         jobs: 0,
-        below_s: 0.0,
+        wait_s: 0.0,
     };
 }
 
@@ -101,16 +103,32 @@ impl QueueSlots {
         self.running + self.waiting() + self.reserved
     }
 
-    /// Jobs a claim may take now: free slots plus the prefetch allowance,
-    /// which only a queue of short handlers has.
-    fn room(&self, prefetch: Prefetch) -> u32 {
-        let short = self.handler_s.is_some_and(|mean| mean < prefetch.below_s);
-        let ahead = if short {
-            prefetch.jobs.min(self.max_workers)
-        } else {
-            0
+    /// Jobs this queue may hold beyond its slots: as many as its slots get
+    /// through, at the queue's mean handler time, within the prefetch wait.
+    fn ahead(&self, prefetch: Prefetch) -> u32 {
+        let Some(mean) = self.handler_s else {
+            return 0; // nothing known: a long handler must not be held back
         };
-        (self.max_workers + ahead).saturating_sub(self.taken())
+        let within_wait = f64::from(self.max_workers) * prefetch.wait_s / mean.max(1e-6);
+        if within_wait >= f64::from(prefetch.jobs) {
+            prefetch.jobs
+        } else {
+            within_wait as u32 // floor: the expected wait stays within wait_s
+        }
+    }
+
+    /// Jobs a claim may take now: free slots plus the prefetch allowance.
+    /// While prefetched jobs keep the slots busy, a claim waits until it
+    /// can be a full one (`batch` jobs, or all the queue can hold): claims
+    /// of a few jobs each would cost the database as much per claim.
+    fn room(&self, prefetch: Prefetch, batch: u32) -> u32 {
+        let capacity = self.max_workers + self.ahead(prefetch);
+        let room = capacity.saturating_sub(self.taken());
+        if !self.waiting.is_empty() && room < batch.min(capacity) {
+            0
+        } else {
+            room
+        }
     }
 }
 
@@ -155,7 +173,7 @@ impl Dispatcher {
         global_max: Option<u32>,
         prefetch: Prefetch,
     ) -> Result<Self, String> {
-        if !(prefetch.below_s >= 0.0 && prefetch.below_s.is_finite()) {
+        if !(prefetch.wait_s >= 0.0 && prefetch.wait_s.is_finite()) {
             return Err(
                 "the prefetch threshold must be a finite number of seconds, 0 or more".into(),
             );
@@ -224,7 +242,7 @@ impl Dispatcher {
             if !queue.maybe_has_jobs || global_free == 0 {
                 continue;
             }
-            let free = queue.room(self.prefetch);
+            let free = queue.room(self.prefetch, self.claim_batch_max);
             let count = free.min(self.claim_batch_max).min(global_free);
             if count == 0 {
                 continue;
@@ -337,7 +355,7 @@ impl Dispatcher {
             && self
                 .queues
                 .iter()
-                .any(|q| q.maybe_has_jobs && q.room(self.prefetch) > 0)
+                .any(|q| q.maybe_has_jobs && q.room(self.prefetch, self.claim_batch_max) > 0)
     }
 
     /// A notification or a poll says `queue` may have jobs.
@@ -534,10 +552,7 @@ mod tests {
     }
 
     fn prefetching(max_workers: u32, jobs: u32) -> Dispatcher {
-        let prefetch = Prefetch {
-            jobs,
-            below_s: 0.05,
-        };
+        let prefetch = Prefetch { jobs, wait_s: 0.05 };
         Dispatcher::new(vec![("q".into(), max_workers)], 100, None, prefetch).unwrap()
     }
 
@@ -558,7 +573,7 @@ mod tests {
             "nothing known yet"
         );
         let mut d = prefetching(4, 4);
-        run_one(&mut d, 1, 0.2);
+        run_one(&mut d, 1, 1.0);
         assert_eq!(
             d.plan_claim().unwrap().wanted,
             vec![(0, 4)],
@@ -617,23 +632,58 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_is_capped_by_max_workers_and_stops_when_handlers_slow_down() {
+    fn prefetch_holds_what_the_slots_get_through_within_the_wait() {
         let mut d = prefetching(2, 25);
         run_one(&mut d, 100, 0.001);
+        assert_eq!(
+            d.plan_claim().unwrap().wanted,
+            vec![(0, 27)],
+            "capped by jobs"
+        );
+        let mut d = prefetching(2, 25);
+        run_one(&mut d, 100, 0.01);
+        // 2 slots × 0.05 s ÷ 0.01 s per job = 10 jobs within the wait.
         let plan = d.plan_claim().unwrap();
-        assert_eq!(plan.wanted, vec![(0, 4)], "at most max_workers ahead");
+        assert_eq!(plan.wanted, vec![(0, 12)]);
         d.settle_claim(&plan, true);
         for id in 0..20 {
             run_one(&mut d, id, 1.0);
         }
-        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 2)]);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 2)], "slowed down");
+    }
+
+    #[test]
+    fn while_jobs_wait_a_claim_waits_until_it_can_be_full() {
+        let prefetch = Prefetch {
+            jobs: 10,
+            wait_s: 1.0,
+        };
+        let mut d = Dispatcher::new(vec![("q".into(), 4)], 5, None, prefetch).unwrap();
+        run_one(&mut d, 100, 0.001);
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 5)]);
+        for id in 1..=5 {
+            d.start(&mut plan, id, 1, 0);
+        }
+        d.settle_claim(&plan, false);
+        let mut more = d.plan_claim().unwrap();
+        assert_eq!(more.wanted, vec![(0, 5)], "9 of 14 places are free");
+        for id in 6..=10 {
+            d.start(&mut more, id, 1, 0);
+        }
+        d.settle_claim(&more, false);
+        // 10 held: 4 run, 6 wait; 4 places left, fewer than a batch.
+        assert!(!d.can_claim());
+        d.finish(1, Some(0.001));
+        assert_eq!(d.start_next(0), Some(5));
+        assert!(d.plan_claim().is_some(), "a full batch fits again");
     }
 
     #[test]
     fn a_global_cap_turns_prefetch_off() {
         let prefetch = Prefetch {
             jobs: 5,
-            below_s: 1.0,
+            wait_s: 1.0,
         };
         let mut d = Dispatcher::new(vec![("q".into(), 5)], 100, Some(6), prefetch).unwrap();
         run_one(&mut d, 100, 0.001);
@@ -655,7 +705,7 @@ mod tests {
         assert!(Dispatcher::new(vec![("q".into(), 1)], 1, Some(0), Prefetch::OFF).is_err());
         let nan = Prefetch {
             jobs: 1,
-            below_s: f64::NAN,
+            wait_s: f64::NAN,
         };
         assert!(Dispatcher::new(vec![("q".into(), 1)], 1, None, nan).is_err());
     }

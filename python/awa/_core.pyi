@@ -365,16 +365,17 @@ class Dispatcher:
         claim_batch_max: int,
         global_max_workers: int | None = None,
         prefetch: int = 0,
-        prefetch_below_s: float = 0.0,
+        prefetch_wait_s: float = 0.0,
     ) -> Self:
         """Serves ``queues``, pairs of queue name and its ``max_workers``.
 
         A claim takes at most ``claim_batch_max`` jobs per queue, and
         ``global_max_workers`` (``None``: no cap) bounds the jobs held across
-        all queues. A queue whose handlers lately took under
-        ``prefetch_below_s`` seconds on average also claims up to
-        ``prefetch`` jobs (at most its ``max_workers``) beyond its free
-        slots; they wait for a slot (not under ``global_max_workers``, which
+        all queues. A queue also claims up to ``prefetch`` jobs beyond its
+        free slots, as many as its slots get through within
+        ``prefetch_wait_s`` seconds at its mean handler time; they wait for
+        a slot, and while they keep the slots busy, claims wait until they
+        can be full (not under ``global_max_workers``, which
         turns prefetch off). Raises ``ValueError`` for no queues, a
         queue listed twice, a count below 1, or a threshold that is negative
         or not finite.

@@ -22,7 +22,7 @@ _ZERO_ALLOWED = frozenset(
         "completed_retention",
         "cancelled_retention",
         "dead_letter_retention",
-        "prefetch_below",
+        "prefetch_wait",
     }
 )
 
@@ -37,18 +37,21 @@ class WorkerConfig:
     claim_batch_size: int = 25
     #: Claims that may be in flight at once (each on its own connection).
     claim_concurrency: int = 1
-    #: Jobs per queue claimed ahead of free slots (at most the queue's
-    #: ``max_workers``), so a freed slot starts its next job at once instead
-    #: of waiting for a claim's round trip; 0 turns it off. Only queues whose
-    #: handlers lately took under ``prefetch_below`` on average prefetch:
-    #: a long job is never held back in one process while another has a free
-    #: slot. A prefetched job is ``running`` in the database while it waits
-    #: (a wait of about one short handler), its attempt's deadline counts
-    #: from the claim, and shutdown gives it back unrun. ``global_max_workers``
-    #: turns it off (a waiting job would hold a place under the cap).
+    #: Jobs per queue claimed ahead of free slots, so a freed slot starts
+    #: its next job at once instead of waiting for a claim's round trip; 0
+    #: turns it off. A queue holds only as many as its slots get through
+    #: within ``prefetch_wait`` at its mean handler time (none until one of
+    #: its handlers has finished), so long jobs are never held back in one
+    #: process while another has a free slot. While prefetched jobs keep
+    #: the slots busy, claims wait until they can take a full
+    #: ``claim_batch_size``. A prefetched job is ``running`` in the database
+    #: while it waits, its attempt's deadline counts from the claim, and
+    #: shutdown gives it back unrun. ``global_max_workers`` turns prefetch
+    #: off (a waiting job would hold a place under the cap).
     prefetch: int = 25
-    #: Seconds; see ``prefetch`` (0: never prefetch).
-    prefetch_below: float = 0.05
+    #: Seconds a prefetched job should expect to wait for its slot, at
+    #: most; see ``prefetch`` (0: never prefetch).
+    prefetch_wait: float = 0.05
     #: Cap on handlers running at once across all queues (None: sum of queues).
     global_max_workers: int | None = None
     #: Poll for jobs this often even without notifications (the fallback).

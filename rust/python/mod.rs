@@ -64,17 +64,17 @@ struct Dispatcher {
 #[pymethods]
 impl Dispatcher {
     #[new]
-    #[pyo3(signature = (queues, claim_batch_max, global_max_workers = None, prefetch = 0, prefetch_below_s = 0.0))]
+    #[pyo3(signature = (queues, claim_batch_max, global_max_workers = None, prefetch = 0, prefetch_wait_s = 0.0))]
     fn new(
         queues: Vec<(String, u32)>,
         claim_batch_max: u32,
         global_max_workers: Option<u32>,
         prefetch: u32,
-        prefetch_below_s: f64,
+        prefetch_wait_s: f64,
     ) -> PyResult<Self> {
         let prefetch = dispatch::Prefetch {
             jobs: prefetch,
-            below_s: prefetch_below_s,
+            wait_s: prefetch_wait_s,
         };
         let inner =
             dispatch::Dispatcher::new(queues, claim_batch_max, global_max_workers, prefetch)

@@ -289,7 +289,7 @@ def test_a_notification_during_a_claim_in_flight_is_not_undone_by_its_short_resu
 def prefetching(max_workers: int, prefetch: int) -> _core.Dispatcher:
     """A dispatcher that has seen one short handler, so it prefetches."""
     dispatcher = _core.Dispatcher(
-        [("q", max_workers)], 100, prefetch=prefetch, prefetch_below_s=0.05
+        [("q", max_workers)], 100, prefetch=prefetch, prefetch_wait_s=0.05
     )
     assert claim(dispatcher, [(1000, "q")]) == ["run"]
     dispatcher.mark_ready("q")
@@ -311,8 +311,9 @@ def test_a_freed_slot_goes_to_the_longest_waiting_job_unless_told_not_to() -> No
         "wait",
     ]
     assert (dispatcher.running("q"), dispatcher.waiting("q")) == (2, 2)
-    assert dispatcher.finish(1, 0.001, True) == (True, 3), "room for one more ahead"
-    assert dispatcher.finish(2, 0.001) == (True, None), "start_next defaults to False"
+    # While jobs wait, a claim waits until it can be a full one.
+    assert dispatcher.finish(1, 0.001, True) == (False, 3)
+    assert dispatcher.finish(2, 0.001) == (False, None), "start_next defaults to False"
     assert (dispatcher.running("q"), dispatcher.waiting("q")) == (1, 1)
     assert sorted(dispatcher.held()[0]) == [3, 4]
 
@@ -325,12 +326,12 @@ def test_a_waiting_job_that_leaves_frees_no_running_slot() -> None:
 
 
 def test_slow_handlers_and_a_global_cap_do_not_prefetch() -> None:
-    slow = _core.Dispatcher([("q", 2)], 100, prefetch=2, prefetch_below_s=0.05)
+    slow = _core.Dispatcher([("q", 2)], 100, prefetch=2, prefetch_wait_s=0.05)
     assert claim(slow, [(1, "q")]) == ["run"]
     slow.mark_ready("q")
     slow.finish(1, 0.5)
     assert wanted(slow.plan_claim()) == (["q"], [2])
-    capped = _core.Dispatcher([("q", 2)], 100, 10, prefetch=2, prefetch_below_s=0.05)
+    capped = _core.Dispatcher([("q", 2)], 100, 10, prefetch=2, prefetch_wait_s=0.05)
     assert claim(capped, [(1, "q")]) == ["run"]
     capped.mark_ready("q")
     capped.finish(1, 0.001)
@@ -339,4 +340,4 @@ def test_slow_handlers_and_a_global_cap_do_not_prefetch() -> None:
 
 def test_a_bad_prefetch_threshold_is_refused() -> None:
     with pytest.raises(ValueError, match="prefetch threshold"):
-        _core.Dispatcher([("q", 1)], 1, prefetch=1, prefetch_below_s=float("nan"))
+        _core.Dispatcher([("q", 1)], 1, prefetch=1, prefetch_wait_s=float("nan"))

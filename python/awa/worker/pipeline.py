@@ -51,7 +51,7 @@ class Pipeline:
             config.claim_batch_size,
             config.global_max_workers,
             prefetch=config.prefetch,
-            prefetch_below_s=config.prefetch_below,
+            prefetch_wait_s=config.prefetch_wait,
         )
         claims = ClaimSignal(dispatcher)
         reporter = Reporter()
