@@ -111,10 +111,13 @@ impl QueueSlots {
         };
         let within_wait = f64::from(self.max_workers) * prefetch.wait_s / mean.max(1e-6);
         if within_wait >= f64::from(prefetch.jobs) {
-            prefetch.jobs
-        } else {
-            within_wait as u32 // floor: the expected wait stays within wait_s
+            return prefetch.jobs;
         }
+        // In [0, jobs) here (wait_s >= 0, mean > 0), so it fits; the floor
+        // keeps the expected wait within wait_s.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let ahead = within_wait as u32;
+        ahead
     }
 
     /// Jobs a claim may take now: free slots plus the prefetch allowance.
