@@ -1,11 +1,12 @@
 """Soak: a long run at 70 % of the measured maximum throughput, with the MVCC
-horizon pinned for a third of it. Do dead tuples, table size and pickup
+horizon pinned for part of it. Do dead tuples, table size and pickup
 latency stay bounded, and come back once the pin is released?
 
 Usage (from the repository root, awa installed in .venv)::
 
     .venv/bin/python benches/soak/soak.py                 # 30 minutes
     .venv/bin/python benches/soak/soak.py --duration 2m   # a quick try
+    .venv/bin/python benches/soak/soak.py --duration 60m --pin 10m  # issue 11's run
 
 Phases
 ------
@@ -20,10 +21,11 @@ Phases
 2. **Soak** of ``--duration`` at ``--load`` (0.7) times that rate, inserted
    in batches of COPY every 100 ms, with a retention of ``--retention``
    seconds (the pruner deletes finished jobs all along, as a production
-   fleet at this rate would): a *baseline* first third, a *pinned* middle
-   third during which one connection holds a ``REPEATABLE READ``
-   transaction open (vacuum can remove no dead tuple newer than it), and a
-   *recovery* last third after it commits.
+   fleet at this rate would): a *baseline*, a *pinned* middle of ``--pin``
+   (default: a third of the run) during which one connection holds a
+   ``REPEATABLE READ`` transaction open (vacuum can remove no dead tuple
+   newer than it), and a *recovery* after it commits, as long as the
+   baseline.
 3. **Drain.** The producer stops; the backlog must be gone within 60 s.
 
 Every ``--sample-every`` seconds it records ``awa.jobs``'s live and dead
@@ -44,7 +46,13 @@ Checks (all must hold; the JSON result has each with its figures):
   peak until then); PostgreSQL does not give the space back, so bounded,
   not back to the baseline;
 * ``pickup_p99_returns``: the median p99 pickup latency in the second half
-  of the recovery phase is at most twice the baseline's plus 50 ms.
+  of the recovery phase is at most twice the baseline's plus 50 ms;
+* ``recovered_within``: from the release of the pin, the first sample at
+  which dead tuples and the p99 pickup latency are both within the limits
+  above comes at most ``--recover-within`` (5 minutes) later;
+* ``size_flat_baseline``: before the pin, the table's size at the end of
+  the baseline is at most 10 % above its size once warmed up (the first
+  fifth of the baseline).
 
 Without ``--database-url`` it runs on a throwaway durable embedded server
 with PostgreSQL's default settings (autovacuum on). The result goes to
@@ -99,6 +107,15 @@ def seconds(text: str) -> float:
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=seconds, default=seconds("30m"), help="soak length")
+    parser.add_argument(
+        "--pin", type=seconds, help="how long the horizon is pinned (default: duration / 3)"
+    )
+    parser.add_argument(
+        "--recover-within",
+        type=seconds,
+        default=seconds("5m"),
+        help="the pin's effects must be gone this long after its release",
+    )
     parser.add_argument("--load", type=float, default=0.7, help="fraction of the maximum rate")
     parser.add_argument("--rate", type=float, help="jobs/s to soak at (skips calibration)")
     parser.add_argument(
@@ -113,6 +130,10 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--database-url", help="a superuser URL (default: an embedded server)")
     parser.add_argument("--output", type=Path, help="the JSON result")
     opts = parser.parse_args(argv)
+    if opts.pin is None:
+        opts.pin = opts.duration / 3
+    if not 0 < opts.pin < opts.duration:
+        parser.error("--pin must be shorter than --duration")
     if opts.calibrate_for is None:
         opts.calibrate_for = min(180.0, max(15.0, opts.duration / 10))
     if opts.sample_every is None:
@@ -293,6 +314,7 @@ async def soak(url: str, opts: argparse.Namespace, log_dir: Path) -> dict[str, A
     monitor = await asyncpg.connect(url)
     fleet = Fleet(url, opts, log_dir)
     pin: asyncpg.Connection | None = None
+    released_at: float | None = None
     try:
         await fleet.start(monitor)
         if opts.rate is not None:
@@ -303,7 +325,8 @@ async def soak(url: str, opts: argparse.Namespace, log_dir: Path) -> dict[str, A
             max_rate = await calibrate(client, monitor, opts.calibrate_for)
             rate = opts.load * max_rate
             print(f"maximum {max_rate:.0f} jobs/s; soaking at {rate:.0f} jobs/s", flush=True)
-        third = opts.duration / 3
+        pin_from = (opts.duration - opts.pin) / 2
+        pin_until = pin_from + opts.pin
         stop = asyncio.Event()
         producer = asyncio.create_task(produce(client, rate, stop))
         started = time.monotonic()
@@ -313,7 +336,11 @@ async def soak(url: str, opts: argparse.Namespace, log_dir: Path) -> dict[str, A
         print(header, flush=True)
         while (elapsed := time.monotonic() - started) < opts.duration:
             phase = (
-                "baseline" if elapsed < third else "pinned" if elapsed < 2 * third else "recovery"
+                "baseline"
+                if elapsed < pin_from
+                else "pinned"
+                if elapsed < pin_until
+                else "recovery"
             )
             if phase == "pinned" and pin is None:
                 pin = await asyncpg.connect(url)
@@ -323,6 +350,7 @@ async def soak(url: str, opts: argparse.Namespace, log_dir: Path) -> dict[str, A
                 await pin.execute("COMMIT")
                 await pin.close()
                 pin = None
+                released_at = round(time.monotonic() - started, 1)
             await asyncio.sleep(min(opts.sample_every, max(0.0, opts.duration - elapsed)))
             point = await sample(monitor, since)
             since = point.pop("_last_claim") or since
@@ -361,6 +389,8 @@ async def soak(url: str, opts: argparse.Namespace, log_dir: Path) -> dict[str, A
         "left_after_drain": left,
         "drain_s": round(drain_s, 2),
         "worker_exit_codes": exit_codes,
+        "pin_released_at_s": released_at,
+        "recover_within_s": opts.recover_within,
         "samples": samples,
     }
 
@@ -396,12 +426,14 @@ def evaluate(result: dict[str, Any], rate: float) -> dict[str, dict[str, Any]]:
         "target_jobs_s": round(rate, 1),
         "left_after_drain": result["left_after_drain"],
     }
+    limits = {}
     for key, check in (
         ("dead_tuples", "dead_tuples_return"),
         ("live_tuples", "live_tuples_return"),
     ):
         peak = max(values(baseline, key), default=0)
         limit = 1.5 * peak + 1000
+        limits[key] = limit
         checks[check] = {
             "passed": median(tail, key) <= limit,
             "baseline_peak": peak,
@@ -424,7 +456,42 @@ def evaluate(result: dict[str, Any], rate: float) -> dict[str, dict[str, Any]]:
         "recovery_tail_median_ms": median(tail, "pickup_p99_ms"),
         "limit_ms": 2 * p99_baseline + 50,
     }
+    checks["recovered_within"] = _recovered_within(
+        recovery, result, limits["dead_tuples"], 2 * p99_baseline + 50
+    )
+    warm, end = baseline[0]["mib"] if baseline else 0, max(values(baseline[-3:], "mib"), default=0)
+    checks["size_flat_baseline"] = {
+        "passed": end <= 1.1 * warm,
+        "warmed_up_mib": warm,
+        "baseline_end_mib": end,
+    }
     return checks
+
+
+def _recovered_within(
+    recovery: list[dict[str, Any]], result: dict[str, Any], dead_limit: float, p99_limit_ms: float
+) -> dict[str, Any]:
+    """How long after the pin's release dead tuples and the p99 pickup
+    latency were first both back within their limits."""
+    released = result.get("pin_released_at_s")
+    allowed = result.get("recover_within_s")
+    back = next(
+        (
+            point["t_s"]
+            for point in recovery
+            if point["dead_tuples"] <= dead_limit
+            and (point["pickup_p99_ms"] is None or point["pickup_p99_ms"] <= p99_limit_ms)
+        ),
+        None,
+    )
+    after = None if back is None or released is None else round(back - released, 1)
+    return {
+        "passed": after is not None and allowed is not None and after <= allowed,
+        "recovered_after_s": after,
+        "allowed_s": allowed,
+        "dead_tuples_limit": dead_limit,
+        "p99_limit_ms": p99_limit_ms,
+    }
 
 
 def _interrupt(signum: int, _frame: object) -> None:
