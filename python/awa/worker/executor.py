@@ -113,9 +113,7 @@ class Executor:
         job = RunningJob.claimed(row, decode, stage, self._db, control)
         if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
-        budget_s = _attempt_budget(row, job, task_def)
-        if budget_s is not None and waited_s:
-            budget_s = max(budget_s - waited_s, 0.0)
+        budget_s = _attempt_budget(row, job, task_def, waited_s)
         task = asyncio.create_task(
             self._run(job, stage, task_def, budget_s), name=f"{JOB_TASK_PREFIX}{job.id}"
         )
@@ -295,14 +293,19 @@ def _qualified_name(function: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
-def _attempt_budget(row: Any, job: Job[Any], task_def: Task | None) -> float | None:
+def _attempt_budget(
+    row: Any, job: Job[Any], task_def: Task | None, waited_s: float
+) -> float | None:
     """Seconds this attempt may run: until the deadline the claim set
     (measured from when it started, so clocks need not agree), else the
-    task's own timeout (claims that set no deadline)."""
+    task's own timeout (claims that set no deadline); less the ``waited_s``
+    a prefetched job spent waiting for its slot since the claim."""
     deadline: datetime.datetime | None = row.get("attempt_deadline_at")
     if deadline is not None and job.attempted_at is not None:
-        return max((deadline - job.attempted_at).total_seconds(), 0.0)
-    return None if task_def is None else task_def.timeout_s
+        budget_s: float | None = (deadline - job.attempted_at).total_seconds()
+    else:
+        budget_s = None if task_def is None else task_def.timeout_s
+    return None if budget_s is None else max(budget_s - waited_s, 0.0)
 
 
 def _timeout_message(budget_s: float) -> str:
