@@ -33,7 +33,7 @@ BATCH_SIZE: Final = 1000
 #: Times one redrive batch runs while concurrent inserts keep taking the keys
 #: of its dead letters (each run sees the keys taken before it started).
 REDRIVE_TRIES: Final = 5
-UNIQUE_INDEX: Final = "jobs_unique_idx"
+UNIQUE_INDEX: Final = "job_unique_keys_pkey"
 
 
 class DeadLetterReason(StrEnum):
@@ -136,7 +136,7 @@ async def redrive(db: Database, selected: Filters) -> list[int]:
 async def _redrive_batch(db: Database, selected: Filters, after: int) -> Any:
     # The statement skips dead letters whose key it sees held. One inserted
     # by a transaction that commits while the statement runs makes it fail
-    # (jobs_unique_idx); run again, it sees that holder and skips the letter.
+    # (job_unique_keys_pkey); run again, it sees that holder and skips the letter.
     tries = 1
     while True:
         try:

@@ -97,10 +97,9 @@ CREATE INDEX jobs_due_idx ON awa.jobs (run_at)
 CREATE INDEX jobs_running_idx ON awa.jobs (worker_id)
     WHERE state = 'running';
 
--- At most one job per unique key among the rows whose state is in their own
--- `unique_states`. Jobs without a key never enter this index.
-CREATE UNIQUE INDEX jobs_unique_idx ON awa.jobs (unique_key)
-    WHERE unique_key IS NOT NULL AND (unique_states & awa.job_state_bit(state)) <> 0;
+-- cancel_by_unique_key finds a key's unfinished jobs by it (the key never
+-- changes, so the index costs no claim or outcome its HOT update).
+CREATE INDEX jobs_unique_key_idx ON awa.jobs (unique_key) WHERE unique_key IS NOT NULL;
 
 -- Callback resolution finds the parked job by its callback id.
 CREATE UNIQUE INDEX jobs_callback_idx ON awa.jobs (callback_id)
@@ -127,6 +126,84 @@ CREATE INDEX jobs_dead_letter_idx ON awa.jobs (finalized_at)
 -- Retention finds finished jobs by age (BRIN: tiny, nearly free to keep).
 CREATE INDEX jobs_finalized_brin ON awa.jobs USING brin (finalized_at)
     WITH (autosummarize = on);
+
+-- At most one job per unique key among the jobs whose state is in their own
+-- `unique_states` (see migration 0011): the key's holder, kept by triggers.
+CREATE TABLE awa.job_unique_keys (
+    unique_key bytea PRIMARY KEY,
+    job_id     bigint NOT NULL
+);
+
+-- A job takes its key as it enters a state that holds it. awa's own
+-- statements have already taken it in the same statement (then the row
+-- found is this job's own); anything else takes it here.
+CREATE FUNCTION awa.take_unique_key() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO awa.job_unique_keys (unique_key, job_id)
+    VALUES (NEW.unique_key, NEW.id)
+    ON CONFLICT (unique_key) DO NOTHING;
+    IF NOT EXISTS (SELECT FROM awa.job_unique_keys
+                   WHERE unique_key = NEW.unique_key AND job_id = NEW.id) THEN
+        RAISE EXCEPTION 'unique key % is held by another job', NEW.unique_key
+            USING ERRCODE = 'unique_violation', CONSTRAINT = 'job_unique_keys_pkey',
+                  SCHEMA = 'awa', TABLE = 'job_unique_keys';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- A job frees its key as it leaves the states that hold it, or is deleted.
+CREATE FUNCTION awa.free_unique_key() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM awa.job_unique_keys WHERE unique_key = OLD.unique_key AND job_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION awa.free_all_unique_keys() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    TRUNCATE awa.job_unique_keys;
+    RETURN NULL;
+END
+$$;
+
+-- The key test comes first in every condition: rows without a key, nearly
+-- all of them, stop there.
+CREATE TRIGGER jobs_take_unique_key_on_insert
+    BEFORE INSERT ON awa.jobs FOR EACH ROW
+    WHEN (NEW.unique_key IS NOT NULL
+          AND (NEW.unique_states & awa.job_state_bit(NEW.state)) <> 0)
+    EXECUTE FUNCTION awa.take_unique_key();
+
+CREATE TRIGGER jobs_take_unique_key_on_update
+    BEFORE UPDATE OF state ON awa.jobs FOR EACH ROW
+    WHEN (NEW.unique_key IS NOT NULL
+          AND (OLD.unique_states & awa.job_state_bit(OLD.state)) = 0
+          AND (NEW.unique_states & awa.job_state_bit(NEW.state)) <> 0)
+    EXECUTE FUNCTION awa.take_unique_key();
+
+CREATE TRIGGER jobs_free_unique_key_on_update
+    AFTER UPDATE OF state ON awa.jobs FOR EACH ROW
+    WHEN (OLD.unique_key IS NOT NULL
+          AND (OLD.unique_states & awa.job_state_bit(OLD.state)) <> 0
+          AND (NEW.unique_states & awa.job_state_bit(NEW.state)) = 0)
+    EXECUTE FUNCTION awa.free_unique_key();
+
+CREATE TRIGGER jobs_free_unique_key_on_delete
+    AFTER DELETE ON awa.jobs FOR EACH ROW
+    WHEN (OLD.unique_key IS NOT NULL
+          AND (OLD.unique_states & awa.job_state_bit(OLD.state)) <> 0)
+    EXECUTE FUNCTION awa.free_unique_key();
+
+CREATE TRIGGER jobs_free_unique_keys_on_truncate
+    AFTER TRUNCATE ON awa.jobs FOR EACH STATEMENT
+    EXECUTE FUNCTION awa.free_all_unique_keys();
 
 -- A job's fingerprint: its kind and arguments. jsonb prints keys in one
 -- canonical order, so equal arguments always give the same bytes.

@@ -10,25 +10,34 @@
 -- InsertRows.json_rows; one job is an array of one) in one statement, and
 -- wakes each queue that received available jobs once. A job is available at
 -- once unless its run_at is in the future. Jobs whose unique key is already
--- held are skipped (the first insert wins; jobs_unique_holder names the
--- holder). Returns the jobs written, by id.
+-- held are skipped: each keyed job takes its key first (the first insert
+-- wins; jobs_unique_holder names the holder), and only the jobs that got
+-- theirs are written. Ids are drawn in input order. Returns the jobs
+-- written, by id.
 WITH input AS (
-    SELECT r.ordinality AS ord, r.kind, r.queue, r.args, r.priority, r.max_attempts,
-           r.max_crashes, coalesce(r.run_at, now()) AS run_at, r.tags, r.metadata,
-           r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
+    SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
+           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, now()) AS run_at,
+           r.tags, r.metadata, r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
     FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
+), keys AS (
+    -- In key order, so two inserts never wait on each other crosswise.
+    INSERT INTO awa.job_unique_keys (unique_key, job_id)
+    SELECT unique_key, id FROM input WHERE unique_key IS NOT NULL
+    ORDER BY unique_key, ord
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
 ), inserted AS (
-    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+    INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
                           timeout_ms, deadline_at)
-    SELECT kind, queue, args,
+    SELECT id, kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at
     FROM input
+    WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
-    ON CONFLICT DO NOTHING
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
               args, tags, metadata, errors, callback_id, callback_timeout_at
@@ -42,56 +51,45 @@ ORDER BY id;
 
 -- name: jobs_insert_follow_ups
 -- Inserts the follow-ups of committed outcomes, inside the transaction that
--- applies them; a follow-up whose unique key is already held is skipped.
--- Returns the unique keys it inserted (InsertRows.written turns them into
--- the positions written) and how many queues it woke. The rows come as in
--- jobs_insert. Keyed rows are inserted in key order, so two flushes never
--- wait on each other crosswise.
+-- applies them; a follow-up whose unique key is already held is skipped (it
+-- takes its key first, as in jobs_insert). Returns the unique keys it
+-- inserted (InsertRows.written turns them into the positions written) and
+-- how many queues it woke. The rows come as in jobs_insert. Keys are taken
+-- in key order, so two flushes never wait on each other crosswise.
 WITH input AS (
-    SELECT r.ordinality AS ord, r.kind, r.queue, r.args, r.priority, r.max_attempts,
-           r.max_crashes, coalesce(r.run_at, now()) AS run_at, r.tags, r.metadata,
-           r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
+    SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
+           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, now()) AS run_at,
+           r.tags, r.metadata, r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
     FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
-), plain AS (
-    -- Rows without a key cannot conflict: a plain insert, cheaper than the
-    -- speculative one ON CONFLICT needs.
-    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
-                          run_at, tags, metadata, timeout_ms, deadline_at)
-    SELECT kind, queue, args,
-           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
-                ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags, metadata, timeout_ms, deadline_at
-    FROM input
-    WHERE unique_key IS NULL
-    ORDER BY ord
-    RETURNING queue, state
-), keyed AS (
-    INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, max_crashes,
+), keys AS (
+    INSERT INTO awa.job_unique_keys (unique_key, job_id)
+    SELECT unique_key, id FROM input WHERE unique_key IS NOT NULL
+    ORDER BY unique_key, ord
+    ON CONFLICT DO NOTHING
+    RETURNING unique_key, job_id
+), inserted AS (
+    INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
                           timeout_ms, deadline_at)
-    SELECT kind, queue, args,
+    SELECT id, kind, queue, args,
            CASE WHEN run_at <= now() THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at
     FROM input
-    WHERE unique_key IS NOT NULL
-    ORDER BY unique_key, ord
-    ON CONFLICT DO NOTHING
-    RETURNING queue, state, unique_key
+    WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
+    ORDER BY ord
+    RETURNING queue, state
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
-    FROM (SELECT queue FROM plain WHERE state = 'available'
-          UNION
-          SELECT queue FROM keyed WHERE state = 'available') AS woken
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-SELECT (SELECT array_agg(unique_key) FROM keyed) AS inserted_keys,
+SELECT (SELECT array_agg(unique_key) FROM keys) AS inserted_keys,
        (SELECT count(*) FROM notified) AS notified;
 
 -- name: jobs_unique_holder
 -- The job that holds a unique key in one of its states, if any.
-SELECT id FROM awa.jobs
-WHERE unique_key = $1 AND (unique_states & awa.job_state_bit(state)) <> 0;
+SELECT job_id AS id FROM awa.job_unique_keys WHERE unique_key = $1;
 
 -- name: jobs_reserve_ids
 -- Allocates ids for a COPY that must return its jobs.
@@ -655,16 +653,26 @@ WITH target AS (
     SELECT id, unique_key FROM target
     WHERE (unique_states & awa.job_state_bit('failed')) = 0
       AND (unique_states & awa.job_state_bit('available')) <> 0
+), first_per_key AS (
+    SELECT DISTINCT ON (unique_key) id, unique_key FROM needing ORDER BY unique_key, id
+), taken AS (
+    INSERT INTO awa.job_unique_keys (unique_key, job_id)
+    SELECT unique_key, id FROM first_per_key ORDER BY unique_key
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
 ), checked AS (
+    -- A key held by a job this statement cannot see yet (its insert
+    -- committed while the statement ran) gives no holder: that letter is
+    -- moved anyway, its trigger finds the key held, and the statement fails
+    -- on job_unique_keys_pkey (dead_letters.py runs it again).
     SELECT needing.id,
-           coalesce(
-               (SELECT holder.id FROM awa.jobs AS holder
-                WHERE holder.unique_key = needing.unique_key
-                  AND (holder.unique_states & awa.job_state_bit(holder.state)) <> 0
-                LIMIT 1),
-               (SELECT min(earlier.id) FROM needing AS earlier
-                WHERE earlier.unique_key = needing.unique_key AND earlier.id < needing.id)
-           ) AS holder_id
+           CASE WHEN needing.id IN (SELECT job_id FROM taken) THEN NULL
+                ELSE coalesce(
+                    (SELECT holder.job_id FROM awa.job_unique_keys AS holder
+                     WHERE holder.unique_key = needing.unique_key),
+                    (SELECT first_per_key.id FROM first_per_key
+                     WHERE first_per_key.unique_key = needing.unique_key
+                       AND first_per_key.id <> needing.id)) END AS holder_id
     FROM needing
 ), redriven AS (
     UPDATE awa.jobs AS jobs
