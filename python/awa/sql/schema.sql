@@ -135,12 +135,17 @@ CREATE TABLE awa.job_unique_keys (
 );
 
 -- A job takes its key as it enters a state that holds it. awa's own
--- statements have already taken it in the same statement (then the row
--- found is this job's own); anything else takes it here.
+-- statements have already taken it in the same statement, so the first
+-- lookup finds the job's own row and ends there; anything else takes it
+-- here.
 CREATE FUNCTION awa.take_unique_key() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF EXISTS (SELECT FROM awa.job_unique_keys
+               WHERE unique_key = NEW.unique_key AND job_id = NEW.id) THEN
+        RETURN NEW;
+    END IF;
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
     VALUES (NEW.unique_key, NEW.id)
     ON CONFLICT (unique_key) DO NOTHING;
