@@ -223,3 +223,16 @@ async def test_the_migration_copies_the_keys_held_and_only_those(server_url):
         await conn.close()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+async def test_no_trigger_on_jobs_runs_before_its_row(conn):
+    # A BEFORE row trigger would make COPY insert row by row and lock every
+    # claimed and finished row before its update (a WAL record each).
+    before = await conn.fetch(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'awa.jobs'::regclass "
+        "AND NOT tgisinternal AND (tgtype & 2) <> 0"  # TRIGGER_TYPE_BEFORE
+    )
+    every = await conn.fetchval(
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'awa.jobs'::regclass AND NOT tgisinternal"
+    )
+    assert (before, every) == ([], 5)
