@@ -533,6 +533,31 @@ def layout_e(ff: int = 30, name: str = "E") -> Layout:
         setup_sql=e_setup(ff), reclaim="drop_segments", fillfactor=ff)
 
 
+# --------------------------------------------------------------------------
+# Layout F: E's transitions on one table that is not partitioned. The same
+# two indexes (neither on a column that claim or completion writes), the same
+# lanes and claim function, fillfactor 30; finished jobs leave by DELETE, as
+# in A. It tells what the partitions buy beyond the hot path: E's claim and
+# completion are HOT either way, and only retention differs.
+# --------------------------------------------------------------------------
+
+F_SCHEMA_SQL = (E_SCHEMA_SQL
+                .replace(") PARTITION BY RANGE (id);", ") WITH (fillfactor = {ff}, autovacuum_enabled = false);")
+                .replace("""-- stragglers: live rows copied out of a segment when it is dropped
+CREATE TABLE awa.jobs_stragglers PARTITION OF awa.jobs DEFAULT
+    WITH (fillfactor = {ff}, autovacuum_enabled = false);
+""", ""))
+
+
+def layout_f(ff: int = 30, name: str = "F") -> Layout:
+    cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
+    return Layout(
+        name, f"one table, HOT-only transitions, lane hints, rows deleted (fillfactor {ff})",
+        (F_SCHEMA_SQL.format(columns=cols, ff=ff), E_CLAIM_FN_SQL),
+        "awa.jobs", "awa.jobs", E_CLAIM_SQL,
+        complete_in_place_sql("awa.jobs"), fillfactor=ff)
+
+
 LAYOUTS = {
     "A": layout_a,
     "A2": layout_a2,
@@ -548,6 +573,8 @@ LAYOUTS = {
     "E40": lambda: layout_e(ff=40, name="E40"),
     "E50": lambda: layout_e(ff=50, name="E50"),
     "E70": lambda: layout_e(ff=70, name="E70"),
+    "F": layout_f,
+    "F40": lambda: layout_f(ff=40, name="F40"),
 }
 
 # --------------------------------------------------------------------------
