@@ -765,7 +765,7 @@ DRAINS = {"seq": drain_sequential, "pipe": drain_pipelined}
 
 async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch: int,
                    checkpoint: bool = True, hold_snapshot: bool = False,
-                   vacuum: bool = False) -> dict:
+                   vacuum: bool = False, hold_from_start: bool = False) -> dict:
     dbname = await create_database(admin_url)
     url = url_for_db(admin_url, dbname)
     try:
@@ -780,10 +780,21 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
                 # checkpoint lands inside the few seconds measured (which
                 # would add full-page images to that run's WAL only).
                 await ctl.execute("CHECKPOINT")
+            holder = None
+            if hold_from_start:
+                # The same long transaction, begun before the jobs were
+                # enqueued: E's and F's claims never move the lane hint past
+                # the start of the oldest open transaction, so this one keeps
+                # every hint behind every job of the run.
+                holder = await asyncpg.connect(url)
+                await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                await holder.fetchval("SELECT txid_current()")
+                # enqueue() dates its jobs a second back: let that be after
+                # the transaction began, as for jobs inserted while it is open.
+                await asyncio.sleep(1.5)
             copy_s, copy_wal = await enqueue(ctl, layout, n_jobs)
             await ctl.execute("ANALYZE")
-            holder = None
-            if hold_snapshot:
+            if hold_snapshot and holder is None:
                 # A long transaction in the same database (a report, a stuck
                 # client) pins the MVCC horizon for the whole drain: no dead
                 # row version can be pruned, so HOT depends on free space alone.
@@ -1156,6 +1167,8 @@ def parse_args():
     p.add_argument("--segment", type=int, default=E_SEGMENT, help="ids per segment in layout E")
     p.add_argument("--vacuum", action="store_true",
                    help="after the retention step, VACUUM the layout's tables and report its WAL and time")
+    p.add_argument("--hold-from-start", action="store_true",
+                   help="as --hold-snapshot, but the transaction begins before the jobs are enqueued")
     p.add_argument("--hold-snapshot", action="store_true",
                    help="keep a transaction with a snapshot open in the run's database during the drain")
     p.add_argument("--no-checkpoint", action="store_true",
@@ -1179,7 +1192,8 @@ async def main() -> None:
             for mode in DRAINS:
                 r = await run_once(args.url, LAYOUTS[name](), mode, args.jobs, args.batch,
                                    checkpoint=not args.no_checkpoint,
-                                   hold_snapshot=args.hold_snapshot, vacuum=args.vacuum)
+                                   hold_snapshot=args.hold_snapshot, vacuum=args.vacuum,
+                                   hold_from_start=args.hold_from_start)
                 r["run"] = run
                 results.append(r)
                 print(f"run {run} {name:<3} {mode:<4} copy {r['copy_jobs_s']:>8,.0f}/s "
