@@ -603,9 +603,13 @@ class AsyncClient:
 
         async def write(conn: asyncpg.Connection) -> list[Job[Any]]:
             await db.require_schema(conn)
-            ids = [r["id"] for r in await db.fetch("jobs_reserve_ids", len(rows), connection=conn)]
+            ids: list[int] = await db.fetchval("jobs_reserve_ids", len(rows), connection=conn)
             await self._copy(db, conn, rows, ids)
-            records = await db.fetch("jobs_by_ids", ids, connection=conn)
+            records = await db.fetch("jobs_by_id_range", ids[0], ids[-1], connection=conn)
+            if len(records) != len(ids):
+                # Other sessions took ids inside the range while these were reserved.
+                mine = set(ids)
+                records = [record for record in records if record["id"] in mine]
             return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
         return await self._in_transaction(db, connection, write)

@@ -285,6 +285,43 @@ async def test_a_batch_of_mixed_argument_types_resolves_each_type_and_overrides(
     assert jobs[0].args == SendEmail(to="a") and jobs[2].args == SendEmail(to="b")
 
 
+async def test_insert_many_copy_returns_its_own_jobs_when_other_inserts_take_ids_meanwhile(
+    client, database_url
+):
+    # The COPY's jobs are read back by the range of the ids it reserved; jobs
+    # other sessions insert while the ids are drawn land inside that range.
+    other = await asyncpg.connect(database_url)
+    interleaved: list[int] = []
+    try:
+        for _attempt in range(5):
+            stop = asyncio.Event()
+
+            async def insert_others(stop: asyncio.Event) -> list[int]:
+                ids = []
+                while not stop.is_set():
+                    ids.append(
+                        await other.fetchval(
+                            "INSERT INTO awa.jobs (kind) VALUES ('other') RETURNING id"
+                        )
+                    )
+                return ids
+
+            inserting = asyncio.create_task(insert_others(stop))
+            await asyncio.sleep(0.01)
+            jobs = await client.insert_many_copy([{"n": i} for i in range(20_000)], kind="mine")
+            stop.set()
+            others = await inserting
+            ids = [job.id for job in jobs]
+            interleaved = [i for i in others if ids[0] < i < ids[-1]]
+            assert [job.args["n"] for job in jobs] == list(range(20_000))
+            assert {job.kind for job in jobs} == {"mine"}
+            if interleaved:
+                break
+    finally:
+        await other.close()
+    assert interleaved, "no other insert took an id inside the COPY's range in 5 tries"
+
+
 async def test_insert_many_copy_returns_the_jobs(client):
     run_at = datetime.datetime.now(UTC) + datetime.timedelta(hours=1)
     jobs = await client.insert_many_copy(
