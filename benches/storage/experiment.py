@@ -549,11 +549,19 @@ CREATE TABLE awa.jobs_stragglers PARTITION OF awa.jobs DEFAULT
 """, ""))
 
 
-def layout_f(ff: int = 30, name: str = "F") -> Layout:
+# F's claim with the hint clamped by writing transactions only: a transaction
+# that has written nothing (a report, a snapshot holder) has no backend_xid,
+# and cannot commit a job.
+FW_CLAIM_FN_SQL = E_CLAIM_FN_SQL.replace(
+    "WHERE a.datname = current_database()),",
+    "WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL),")
+
+
+def layout_f(ff: int = 30, name: str = "F", claim_fn: str = E_CLAIM_FN_SQL) -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
         name, f"one table, HOT-only transitions, lane hints, rows deleted (fillfactor {ff})",
-        (F_SCHEMA_SQL.format(columns=cols, ff=ff), E_CLAIM_FN_SQL),
+        (F_SCHEMA_SQL.format(columns=cols, ff=ff), claim_fn),
         "awa.jobs", "awa.jobs", E_CLAIM_SQL,
         complete_in_place_sql("awa.jobs"), fillfactor=ff)
 
@@ -575,6 +583,7 @@ LAYOUTS = {
     "E70": lambda: layout_e(ff=70, name="E70"),
     "F": layout_f,
     "F40": lambda: layout_f(ff=40, name="F40"),
+    "FW": lambda: layout_f(name="FW", claim_fn=FW_CLAIM_FN_SQL),
 }
 
 # --------------------------------------------------------------------------
@@ -765,7 +774,8 @@ DRAINS = {"seq": drain_sequential, "pipe": drain_pipelined}
 
 async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch: int,
                    checkpoint: bool = True, hold_snapshot: bool = False,
-                   vacuum: bool = False, hold_from_start: bool = False) -> dict:
+                   vacuum: bool = False, hold_from_start: bool = False,
+                   hold_read_only: bool = False) -> dict:
     dbname = await create_database(admin_url)
     url = url_for_db(admin_url, dbname)
     try:
@@ -788,7 +798,10 @@ async def run_once(admin_url: str, layout: Layout, mode: str, n_jobs: int, batch
                 # every hint behind every job of the run.
                 holder = await asyncpg.connect(url)
                 await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                await holder.fetchval("SELECT txid_current()")
+                # A snapshot either way; txid_current() also makes it a
+                # writer (an xid), as a client idle after its writes is.
+                await holder.fetchval("SELECT count(*) FROM pg_class" if hold_read_only
+                                      else "SELECT txid_current()")
                 # enqueue() dates its jobs a second back: let that be after
                 # the transaction began, as for jobs inserted while it is open.
                 await asyncio.sleep(1.5)
@@ -1167,6 +1180,8 @@ def parse_args():
     p.add_argument("--segment", type=int, default=E_SEGMENT, help="ids per segment in layout E")
     p.add_argument("--vacuum", action="store_true",
                    help="after the retention step, VACUUM the layout's tables and report its WAL and time")
+    p.add_argument("--hold-read-only", action="store_true",
+                   help="with --hold-from-start: the transaction writes nothing (no xid), as a report")
     p.add_argument("--hold-from-start", action="store_true",
                    help="as --hold-snapshot, but the transaction begins before the jobs are enqueued")
     p.add_argument("--hold-snapshot", action="store_true",
@@ -1193,7 +1208,8 @@ async def main() -> None:
                 r = await run_once(args.url, LAYOUTS[name](), mode, args.jobs, args.batch,
                                    checkpoint=not args.no_checkpoint,
                                    hold_snapshot=args.hold_snapshot, vacuum=args.vacuum,
-                                   hold_from_start=args.hold_from_start)
+                                   hold_from_start=args.hold_from_start,
+                                   hold_read_only=args.hold_read_only)
                 r["run"] = run
                 results.append(r)
                 print(f"run {run} {name:<3} {mode:<4} copy {r['copy_jobs_s']:>8,.0f}/s "
