@@ -184,3 +184,31 @@ async def test_an_older_schema_version_gives_a_clear_error(fresh_database):
             await client.insert({}, kind="k")
     assert raised.value.found == 0
     assert raised.value.needed == sql.LATEST_VERSION
+
+
+async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_database):
+    url = await fresh_database()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql.query("schema_migrations_bootstrap"))
+        for migration in sql.MIGRATIONS:
+            if migration.version == 11:
+                waiting = await conn.fetchval(
+                    "INSERT INTO awa.jobs (kind, unique_key, unique_states) "
+                    "VALUES ('k', 'w', 31) RETURNING id"
+                )
+                kept = await conn.fetchval(
+                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
+                    "VALUES ('k', 'completed', 'kept', 63) RETURNING id"
+                )
+                # A finished job outside its set, and a legacy duplicate (0).
+                await conn.execute(
+                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
+                    "VALUES ('k', 'completed', 'w', 31), ('k', 'available', 'legacy', 0)"
+                )
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+        held = await conn.fetch("SELECT unique_key, job_id FROM awa.job_unique_keys")
+        assert {bytes(r["unique_key"]): r["job_id"] for r in held} == {b"w": waiting, b"kept": kept}
+    finally:
+        await conn.close()

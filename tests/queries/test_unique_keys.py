@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -192,37 +190,6 @@ async def test_concurrent_inserts_of_one_key_write_one_job(database_url, conn, f
         assert (theirs, keys) == ([], {b"race": mine})
     else:
         assert len(theirs) == 1 and keys == {b"race": theirs[0]}
-
-
-async def test_the_migration_copies_the_keys_held_and_only_those(server_url):
-    name = f"awa_keys_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(sql.query("schema_migrations_bootstrap"))
-        for migration in sql.MIGRATIONS:
-            if migration.version == 11:
-                waiting = await conn.fetchval(
-                    "INSERT INTO awa.jobs (kind, unique_key, unique_states) "
-                    "VALUES ('k', 'w', 31) RETURNING id"
-                )
-                kept = await conn.fetchval(
-                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
-                    "VALUES ('k', 'completed', 'kept', 63) RETURNING id"
-                )
-                await conn.execute(
-                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
-                    "VALUES ('k', 'completed', 'w', 31), ('k', 'available', 'legacy', 0)"
-                )
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-        assert await held(conn) == {b"w": waiting, b"kept": kept}
-    finally:
-        await conn.close()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_no_trigger_on_jobs_runs_before_its_row(conn):
