@@ -557,6 +557,106 @@ FW_CLAIM_FN_SQL = E_CLAIM_FN_SQL.replace(
     "WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL),")
 
 
+# F's claim with no clamp: the hint moves to the last key claimed, and each
+# writing transaction open at that moment that started before the new hint
+# is noted in the lane (pid, xact_start). A later claim that finds a noted
+# writer gone rescans once from that writer's start, where the rows it
+# committed late can be, and drops the note. A long writer then costs one
+# walk when it ends, not one per claim while it is open.
+FX_LANES_SQL = """
+ALTER TABLE awa.lanes ADD COLUMN watch_pid int[] NOT NULL DEFAULT '{}',
+                      ADD COLUMN watch_start timestamptz[] NOT NULL DEFAULT '{}';
+"""
+
+FX_CLAIM_FN_SQL = """
+CREATE FUNCTION awa.claim_e(q text, n int, w bigint)
+RETURNS TABLE (id bigint, run_lease bigint, kind text, args jsonb, attempt int,
+               max_attempts smallint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    l record;
+    ids bigint[];
+    got int;
+    want int := n;
+    from_run_at timestamptz;
+    from_id bigint;
+    ended_start timestamptz;
+BEGIN
+    FOR l IN SELECT ln.priority, ln.hint_run_at, ln.hint_id, ln.gen, ln.watch_pid, ln.watch_start
+             FROM awa.lanes ln WHERE ln.queue = q ORDER BY ln.priority LOOP
+        from_run_at := l.hint_run_at;
+        from_id := l.hint_id;
+        -- a noted writer that has ended may have committed rows behind the hint
+        SELECT min(x.s) INTO ended_start
+        FROM unnest(l.watch_pid, l.watch_start) AS x(p, s)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                          WHERE a.pid = x.p AND a.xact_start = x.s);
+        IF ended_start IS NOT NULL AND (ended_start, 0::bigint) < (from_run_at, from_id) THEN
+            from_run_at := ended_start;
+            from_id := 0;
+        END IF;
+        ids := ARRAY(
+            SELECT j.id FROM awa.jobs j
+            WHERE j.queue = q AND j.priority = l.priority
+              AND (j.run_at, j.id) > (from_run_at, from_id)
+              AND j.run_at <= now() AND j.state = 'available'
+            ORDER BY j.run_at, j.id
+            LIMIT want
+            FOR UPDATE OF j SKIP LOCKED);
+        CONTINUE WHEN cardinality(ids) = 0 AND ended_start IS NULL;
+        RETURN QUERY
+        WITH u AS (
+            UPDATE awa.jobs j
+            SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
+                attempted_at = now(), worker_id = w
+            FROM unnest(ids) c(id) WHERE j.id = c.id
+            RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
+        top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
+        lane AS (SELECT x.ctid FROM awa.lanes x
+                 WHERE x.queue = q AND x.priority = l.priority AND x.gen = l.gen
+                 FOR UPDATE SKIP LOCKED),
+        h AS (
+            UPDATE awa.lanes ln
+            -- after a rescan the hint goes to the last key it claimed, even
+            -- if that is lower (the rows between may be late ones), and gen
+            -- moves so that no claimer in flight raises it again
+            SET hint_run_at = CASE WHEN (ended_start IS NOT NULL AND t.id > 0)
+                                     OR (t.run_at, t.id) > (ln.hint_run_at, ln.hint_id)
+                                   THEN t.run_at ELSE ln.hint_run_at END,
+                hint_id = CASE WHEN (ended_start IS NOT NULL AND t.id > 0)
+                                 OR (t.run_at, t.id) > (ln.hint_run_at, ln.hint_id)
+                               THEN t.id ELSE ln.hint_id END,
+                gen = ln.gen + CASE WHEN ended_start IS NOT NULL AND t.id > 0 THEN 1 ELSE 0 END,
+                -- keep the notes of writers still open (an ended one was
+                -- rescanned for above only if this claim saw it ended), and
+                -- note every writer open now that started before the hint
+                (watch_pid, watch_start) = (
+                    SELECT coalesce(array_agg(k.p), '{}'), coalesce(array_agg(k.s), '{}')
+                    FROM (SELECT x.p, x.s FROM unnest(ln.watch_pid, ln.watch_start) AS x(p, s)
+                          WHERE ended_start IS NULL OR x.s > ended_start
+                             OR EXISTS (SELECT 1 FROM pg_stat_activity a
+                                        WHERE a.pid = x.p AND a.xact_start = x.s)
+                          UNION
+                          SELECT a.pid, a.xact_start FROM pg_stat_activity a
+                          WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL
+                            AND a.pid <> pg_backend_pid()
+                            AND a.xact_start < greatest(t.run_at, ln.hint_run_at)) AS k)
+            FROM (SELECT coalesce((SELECT top.run_at FROM top), '-infinity'::timestamptz) AS run_at,
+                         coalesce((SELECT top.id FROM top), 0) AS id) AS t
+            WHERE ln.ctid = (SELECT lane.ctid FROM lane))
+        SELECT u.id, u.run_lease, u.kind, u.args, u.attempt, u.max_attempts FROM u;
+        GET DIAGNOSTICS got = ROW_COUNT;
+        want := want - got;
+        EXIT WHEN want <= 0;
+    END LOOP;
+END
+$fn$;
+"""
+
+
 def layout_f(ff: int = 30, name: str = "F", claim_fn: str = E_CLAIM_FN_SQL) -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
@@ -584,6 +684,7 @@ LAYOUTS = {
     "F": layout_f,
     "F40": lambda: layout_f(ff=40, name="F40"),
     "FW": lambda: layout_f(name="FW", claim_fn=FW_CLAIM_FN_SQL),
+    "FX": lambda: layout_f(name="FX", claim_fn=FX_LANES_SQL + FX_CLAIM_FN_SQL),
 }
 
 # --------------------------------------------------------------------------
