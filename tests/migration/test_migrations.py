@@ -212,3 +212,35 @@ async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_dat
         assert {bytes(r["unique_key"]): r["job_id"] for r in held} == {b"w": waiting, b"kept": kept}
     finally:
         await conn.close()
+
+
+async def test_migration_12_gives_legacy_failed_jobs_the_reason_their_failure_implies(
+    fresh_database,
+):
+    url = await fresh_database()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql.query("schema_migrations_bootstrap"))
+        for migration in sql.MIGRATIONS:
+            if migration.version == 12:
+                # Failed before version 5 recorded reasons: attempts used up,
+                # or stopped early by a terminal error.
+                used_up, stopped, completed = [
+                    await conn.fetchval(
+                        "INSERT INTO awa.jobs (kind, state, attempt, max_attempts) "
+                        "VALUES ('k', $1, $2, 3) RETURNING id",
+                        state,
+                        attempt,
+                    )
+                    for state, attempt in (("failed", 3), ("failed", 1), ("completed", 1))
+                ]
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+        reasons = dict(await conn.fetch("SELECT id, failure_reason FROM awa.jobs"))
+        assert reasons == {
+            used_up: "max_attempts_exhausted",
+            stopped: "terminal_error",
+            completed: None,
+        }
+    finally:
+        await conn.close()

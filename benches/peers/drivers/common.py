@@ -134,9 +134,15 @@ class Monitor:
         )
 
     async def dead_tuples(self) -> int:
+        """Row versions left for vacuum so far: every update that was not HOT
+        and every delete. Counted from cumulative counters, so a vacuum
+        mid-drain does not lower it (n_dead_tup, which it resets, did); the
+        old version of a HOT update is pruned within its page, so it is not
+        counted."""
         return int(
             await self.conn.fetchval(
-                "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
+                "SELECT coalesce(sum(n_tup_upd - n_tup_hot_upd + n_tup_del), 0) "
+                "FROM pg_stat_user_tables"
             )
         )
 

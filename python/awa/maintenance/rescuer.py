@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa.rescuer")
 
 RESCUE_BATCH_SIZE: Final = 1000
+# How often the deadline pass scans from the earliest deadline again (see
+# Rescuer._expire_deadlines).
+FULL_DEADLINE_SCAN_S: Final = 600.0
+EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
 CRASH_REASON: Final = "the worker process stopped heartbeating (crashed or was killed)"
 CALLBACK_TIMEOUT_ERROR: Final = "CallbackTimeout"
 CALLBACK_TIMEOUT_REASON: Final = "the callback was not resolved before its deadline"
@@ -80,6 +85,8 @@ class Rescuer:
         self._staleness_s = staleness_s
         self._quarantine_threshold = quarantine_threshold
         self._quarantine_window_s = quarantine_window_s
+        self._deadline_floor = EARLIEST
+        self._deadline_floor_expires = 0.0
         self.rescued = 0
 
     async def run(self, health: Health | None = None) -> None:
@@ -136,10 +143,26 @@ class Rescuer:
         )  # fmt: skip
 
     async def _expire_deadlines(self) -> int:
-        """Unfinished jobs past their overall deadline: failed for good."""
+        """Unfinished jobs past their overall deadline: failed for good.
+
+        The deadline index also holds finished jobs (they keep their
+        deadline until retention removes them), so each pass starts at the
+        floor the last one left: the earliest passed deadline of a job still
+        unfinished. A job can only get below the floor by arriving with a
+        deadline already past (an insert, a redrive), so the floor is dropped
+        every ``FULL_DEADLINE_SCAN_S`` and such a job fails then."""
+        if time.monotonic() >= self._deadline_floor_expires:
+            self._deadline_floor = EARLIEST
+            self._deadline_floor_expires = time.monotonic() + FULL_DEADLINE_SCAN_S
+        floor = self._deadline_floor
+        expired = await self._fail_deadlines_from(floor)
+        self._deadline_floor = await self._db.fetchval("jobs_deadline_floor", floor)
+        return expired
+
+    async def _fail_deadlines_from(self, floor: datetime) -> int:
         expired = 0
         while True:
-            changed = await self._db.fetch("jobs_deadlines_passed", RESCUE_BATCH_SIZE)
+            changed = await self._db.fetch("jobs_deadlines_passed", RESCUE_BATCH_SIZE, floor)
             expired += len(changed)
             if changed:
                 log.warning(

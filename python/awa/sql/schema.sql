@@ -105,27 +105,28 @@ CREATE INDEX jobs_unique_key_idx ON awa.jobs (unique_key) WHERE unique_key IS NO
 CREATE UNIQUE INDEX jobs_callback_idx ON awa.jobs (callback_id)
     WHERE callback_id IS NOT NULL;
 
--- Maintenance finds parked jobs whose callback deadline passed.
+-- Maintenance finds parked jobs whose callback deadline passed. Every
+-- outcome but parking clears the column, and no index here reads a column
+-- that claims or outcomes write (see migration 0012), so those updates can
+-- be HOT.
 CREATE INDEX jobs_callback_timeout_idx ON awa.jobs (callback_timeout_at)
-    WHERE state = 'waiting_external';
+    WHERE callback_timeout_at IS NOT NULL;
 
 -- Maintenance finds attempts past their deadline; only attempts that have
 -- one enter it.
 CREATE INDEX jobs_attempt_deadline_idx ON awa.jobs (attempt_deadline_at)
     WHERE state = 'running' AND attempt_deadline_at IS NOT NULL;
 
--- Maintenance finds unfinished jobs past their deadline.
+-- Maintenance finds unfinished jobs past their deadline (the column is
+-- fixed at insert; the pass scans from a floor past the finished ones).
 CREATE INDEX jobs_deadline_idx ON awa.jobs (deadline_at)
-    WHERE deadline_at IS NOT NULL
-      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external');
+    WHERE deadline_at IS NOT NULL;
 
--- The dead-letter queue: failed jobs, newest first.
-CREATE INDEX jobs_dead_letter_idx ON awa.jobs (finalized_at)
-    WHERE state = 'failed';
-
--- Retention finds finished jobs by age (BRIN: tiny, nearly free to keep).
-CREATE INDEX jobs_finalized_brin ON awa.jobs USING brin (finalized_at)
-    WITH (autosummarize = on);
+-- The dead-letter queue: failed jobs, all of which have a failure_reason
+-- (a job redriven or moved on by hand may keep its own: queries also test
+-- the state).
+CREATE INDEX jobs_dead_letter_idx ON awa.jobs (id)
+    WHERE failure_reason IS NOT NULL;
 
 -- At most one job per unique key among the jobs whose state is in their own
 -- `unique_states` (see migration 0011): the key's holder, kept by triggers.
@@ -226,6 +227,31 @@ CREATE TRIGGER jobs_free_unique_key_on_delete
 CREATE TRIGGER jobs_free_unique_keys_on_truncate
     AFTER TRUNCATE ON awa.jobs FOR EACH STATEMENT
     EXECUTE FUNCTION awa.free_all_unique_keys();
+
+-- Every failed job has a reason (jobs_dead_letter_idx finds the dead letters
+-- by it). awa's statements set one; a job failed by other SQL gets the one
+-- its failure implies. Runs after its row, like the triggers above.
+CREATE FUNCTION awa.fill_failure_reason() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE awa.jobs
+    SET failure_reason = CASE WHEN attempt >= max_attempts THEN 'max_attempts_exhausted'
+                              ELSE 'terminal_error' END
+    WHERE id = NEW.id AND state = 'failed' AND failure_reason IS NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_fill_failure_reason_on_insert
+    AFTER INSERT ON awa.jobs FOR EACH ROW
+    WHEN (NEW.state = 'failed' AND NEW.failure_reason IS NULL)
+    EXECUTE FUNCTION awa.fill_failure_reason();
+
+CREATE TRIGGER jobs_fill_failure_reason_on_update
+    AFTER UPDATE OF state, failure_reason ON awa.jobs FOR EACH ROW
+    WHEN (NEW.state = 'failed' AND NEW.failure_reason IS NULL)
+    EXECUTE FUNCTION awa.fill_failure_reason();
 
 -- A job's fingerprint: its kind and arguments. jsonb prints keys in one
 -- canonical order, so equal arguments always give the same bytes.

@@ -280,7 +280,10 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    -- The core names a reason for every failure (the default is only a
+    -- guard: every failed job must have one, see jobs_dead_letter_idx).
+    failure_reason = CASE WHEN outcome.state = 'failed'
+                          THEN coalesce(outcome.error ->> 'reason', 'terminal_error') END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -317,7 +320,10 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    -- The core names a reason for every failure (the default is only a
+    -- guard: every failed job must have one, see jobs_dead_letter_idx).
+    failure_reason = CASE WHEN outcome.state = 'failed'
+                          THEN coalesce(outcome.error ->> 'reason', 'terminal_error') END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -494,11 +500,13 @@ LIMIT $1;
 
 -- name: jobs_deadlines_passed
 -- Unfinished jobs not running whose overall deadline has passed: they
--- fail with deadline_exceeded (no retry: the deadline is the job's).
+-- fail with deadline_exceeded (no retry: the deadline is the job's). Only
+-- deadlines from $2 on (the pass's floor, see jobs_deadline_floor): the
+-- index also holds finished jobs, which keep their deadline.
 WITH expired AS (
     SELECT id, attempt FROM awa.jobs
     WHERE deadline_at <= now()
-      AND deadline_at IS NOT NULL
+      AND deadline_at >= $2::timestamptz
       AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
     ORDER BY deadline_at
     LIMIT $1
@@ -520,6 +528,15 @@ WITH expired AS (
     SELECT pg_notify('awa_control', 'lost:' || id) FROM failed
 )
 SELECT failed.*, (SELECT count(*) FROM told) AS told FROM failed;
+
+-- name: jobs_deadline_floor
+-- Where the next deadline pass can start: the earliest passed deadline
+-- from $1 on of a job still unfinished (one running now, or one the pass
+-- skipped), else now. Every job with an earlier deadline is finished.
+SELECT coalesce(min(deadline_at), now()) AS floor
+FROM awa.jobs
+WHERE deadline_at >= $1::timestamptz AND deadline_at <= now()
+  AND state NOT IN ('completed', 'failed', 'cancelled');
 
 -- name: jobs_attempts_expired
 -- Running attempts more than $1 seconds past their deadline: their worker
@@ -555,7 +572,8 @@ WITH expired AS (
                  || jsonb_build_array(expiry.error || jsonb_build_object(
                         'at', now(), 'started_at', jobs.attempted_at,
                         'worker_id', jobs.worker_id)),
-        failure_reason = CASE WHEN expiry.state = 'failed' THEN expiry.error ->> 'reason' END
+        failure_reason = CASE WHEN expiry.state = 'failed'
+                              THEN coalesce(expiry.error ->> 'reason', 'terminal_error') END
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
          AS expiry(id, run_lease, state, delay_s, error)
     WHERE jobs.id = expiry.id
@@ -634,7 +652,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        CASE WHEN $6::boolean THEN metadata END AS metadata,
        errors, callback_id, callback_timeout_at, failure_reason
 FROM awa.jobs
-WHERE state = 'failed'
+WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
   AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
   AND ($2::text IS NULL OR queue = $2)
   AND ($3::text IS NULL OR kind = $3)
@@ -652,7 +670,7 @@ LIMIT $5;
 -- batch got. Wakes the redriven queues.
 WITH target AS (
     SELECT id, unique_key, unique_states FROM awa.jobs
-    WHERE state = 'failed'
+    WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
       AND id > $6::bigint
       AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
       AND ($2::text IS NULL OR queue = $2)
@@ -714,7 +732,7 @@ WITH purged AS (
     DELETE FROM awa.jobs
     WHERE id IN (
         SELECT id FROM awa.jobs
-        WHERE state = 'failed'
+        WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
           AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
           AND ($2::text IS NULL OR queue = $2)
           AND ($3::text IS NULL OR kind = $3)
@@ -730,30 +748,42 @@ SELECT count(*) FROM purged;
 -- name: jobs_prune
 -- Retention: deletes up to $4 finished jobs older than their state's
 -- retention (seconds: $1 completed, $2 cancelled, $3 failed, the failed
--- ones per queue where $5/$6 name one). Skips rows others hold, so it never
--- waits; each call is one short transaction. Returns how many it deleted.
+-- ones per queue where $7/$8 name one) among the table's pages $5 to
+-- $5 + $6 - 1. No index finds finished jobs by age (any index that read
+-- finalized_at would cost every completion its HOT update, see migration
+-- 0012), so retention walks the table's pages in turns instead. Skips rows
+-- others hold, so it never waits. Returns how many it deleted, the page to
+-- start from next (the same range while it was cut short by $4, 0 once the
+-- walk passes the end of the table) and the table's size in pages.
 WITH overrides AS (
-    SELECT queue, seconds FROM unnest($5::text[], $6::float8[]) AS o(queue, seconds)
+    SELECT queue, seconds FROM unnest($7::text[], $8::float8[]) AS o(queue, seconds)
 ), pruned AS (
     DELETE FROM awa.jobs
-    WHERE id IN (
-        SELECT jobs.id FROM awa.jobs AS jobs
-        -- The least retention bounds the scan (the BRIN index on finalized_at).
-        WHERE jobs.finalized_at < now() - least($1::float8, $2::float8, $3::float8,
-                                                (SELECT min(seconds) FROM overrides))
-                                        * interval '1 second'
+    WHERE ctid = ANY (ARRAY(
+        SELECT jobs.ctid FROM awa.jobs AS jobs
+        WHERE jobs.ctid >= format('(%s,0)', $5::bigint)::tid
+          AND jobs.ctid < format('(%s,0)', $5::bigint + $6::bigint)::tid
+          AND jobs.state IN ('completed', 'cancelled', 'failed')
           AND jobs.finalized_at < now() - CASE jobs.state
                 WHEN 'completed' THEN $1::float8
                 WHEN 'cancelled' THEN $2::float8
-                WHEN 'failed' THEN coalesce(
+                ELSE coalesce(
                     (SELECT seconds FROM overrides WHERE overrides.queue = jobs.queue), $3::float8)
               END * interval '1 second'
         LIMIT $4
         FOR UPDATE SKIP LOCKED
-    )
+    ))
     RETURNING 1
+), counted AS (
+    SELECT count(*) AS pruned FROM pruned
 )
-SELECT count(*) FROM pruned;
+SELECT counted.pruned,
+       CASE WHEN counted.pruned >= $4 THEN $5::bigint
+            WHEN $5::bigint + $6::bigint >= size.pages THEN 0
+            ELSE $5::bigint + $6::bigint END AS next_page,
+       size.pages AS table_pages
+FROM counted,
+     (SELECT pg_relation_size('awa.jobs') / current_setting('block_size')::bigint AS pages) AS size;
 
 -- name: jobs_hold
 -- A worker claimed a job whose fingerprint is quarantined: it goes back
