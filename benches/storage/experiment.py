@@ -5,7 +5,9 @@ completion-query variants of A), B (hot/done split), C (ready list + HOT
 updates), C100 (C at fillfactor 100), D (ready list + HOT claim + move to an
 insert-only done table), E (id-range segments with HOT-only transitions and a
 per-lane claim hint, finished segments dropped whole; E40/E50/E70 are its
-fillfactor variants). See docs/storage.md for the results.
+fillfactor variants), F (E on one table that is not partitioned) and its
+hint variants FW, FX and FY (hint_check.py checks those). See
+docs/storage.md for the results.
 
 Each (layout, drain mode, run) gets a fresh database named awa_storage_exp_*,
 which is dropped afterwards. Needs a superuser (CHECKPOINT, pg_walinspect). Workload: COPY N jobs into queue 'bench', ANALYZE,
@@ -657,6 +659,201 @@ $fn$;
 """
 
 
+# F's claim with the hint kept safe by transaction ids, so that it needs no
+# privilege to read other roles' sessions and no clamp (see docs/storage.md,
+# "A claim hint that is safe by xids"):
+#  - a job's key (run_at) is read only after its writer holds an xid
+#    (awa.enqueue_time), so a writer that gets its xid after a claim took its
+#    own keys every job later than that claim's now();
+#  - a claim notes every transaction with an older xid still in progress, with
+#    the hint as it was before the claim moved it, and a claim that finds a
+#    noted xid ended scans once from that bound;
+#  - a claim that takes fewer jobs than it asked for moves the hint to now():
+#    everything visible up to then is claimed or locked by another claim;
+#  - awa.sweep_lane (the leader, every second or so) finds jobs that a claim
+#    locked and then rolled back, which other claims skipped.
+FY_SQL = """
+CREATE FUNCTION awa.enqueue_time() RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_current_xact_id();  -- the xid first, then the clock
+    RETURN clock_timestamp();
+END $$;
+ALTER TABLE awa.jobs ALTER COLUMN run_at SET DEFAULT awa.enqueue_time();
+ALTER TABLE awa.lanes ADD COLUMN note_xid bigint[] NOT NULL DEFAULT '{}',
+                      ADD COLUMN note_from timestamptz[] NOT NULL DEFAULT '{}',
+                      ADD COLUMN note_from_id bigint[] NOT NULL DEFAULT '{}',
+                      ADD COLUMN swept_run_at timestamptz NOT NULL DEFAULT '-infinity',
+                      ADD COLUMN swept_id bigint NOT NULL DEFAULT 0;
+
+CREATE FUNCTION awa.claim_e(q text, n int, w bigint)
+RETURNS TABLE (id bigint, run_lease bigint, kind text, args jsonb, attempt int,
+               max_attempts smallint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    l record;
+    ids bigint[];
+    got int;
+    want int := n;
+    me bigint;
+    open_xids bigint[];
+    from_run_at timestamptz;
+    from_id bigint;
+    ended_from timestamptz;
+    ended_from_id bigint;
+BEGIN
+    -- now() must be strictly before every clock read made after this
+    -- claim's xid exists (the strict order the notes rely on)
+    WHILE clock_timestamp() <= now() LOOP
+        PERFORM pg_sleep(0.000001);
+    END LOOP;
+    me := pg_current_xact_id()::text::bigint;
+    -- every older xid still in progress (those at or past the snapshot's
+    -- xmax are in progress and not listed in its xip)
+    SELECT coalesce(array_agg(s.x), '{}') INTO open_xids FROM (
+        SELECT x::text::bigint AS x FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+        UNION
+        SELECT generate_series(pg_snapshot_xmax(pg_current_snapshot())::text::bigint, me - 1)) AS s
+    WHERE s.x < me;
+    FOR l IN SELECT ln.priority, ln.hint_run_at, ln.hint_id, ln.gen, ln.note_xid, ln.note_from,
+                    ln.note_from_id
+             FROM awa.lanes ln WHERE ln.queue = q ORDER BY ln.priority LOOP
+        from_run_at := l.hint_run_at;
+        from_id := l.hint_id;
+        SELECT t.f, t.fi INTO ended_from, ended_from_id
+        FROM unnest(l.note_xid, l.note_from, l.note_from_id) AS t(x, f, fi)
+        WHERE t.x < me AND t.x <> ALL (open_xids)
+        ORDER BY t.f, t.fi LIMIT 1;
+        IF ended_from IS NOT NULL AND (ended_from, ended_from_id) < (from_run_at, from_id) THEN
+            from_run_at := ended_from;
+            from_id := ended_from_id;
+        END IF;
+        ids := ARRAY(
+            SELECT j.id FROM awa.jobs j
+            WHERE j.queue = q AND j.priority = l.priority
+              AND (j.run_at, j.id) > (from_run_at, from_id)
+              AND j.run_at <= now() AND j.state = 'available'
+            ORDER BY j.run_at, j.id
+            LIMIT want
+            FOR UPDATE OF j SKIP LOCKED);
+        got := cardinality(ids);
+        CONTINUE WHEN got = 0 AND ended_from IS NULL
+                  AND l.hint_run_at >= now() - interval '1 second';
+        RETURN QUERY
+        WITH u AS (
+            UPDATE awa.jobs j
+            SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
+                attempted_at = now(), worker_id = w
+            FROM unnest(ids) c(id) WHERE j.id = c.id
+            RETURNING j.id, j.run_lease, j.kind, j.args, j.attempt, j.max_attempts, j.run_at),
+        top AS (SELECT u.run_at, u.id FROM u ORDER BY u.run_at DESC, u.id DESC LIMIT 1),
+        t AS (SELECT coalesce((SELECT top.run_at FROM top), '-infinity'::timestamptz) AS run_at,
+                     coalesce((SELECT top.id FROM top), 0) AS id),
+        lane AS (SELECT x.ctid FROM awa.lanes x
+                 WHERE x.queue = q AND x.priority = l.priority AND x.gen = l.gen
+                 FOR UPDATE SKIP LOCKED),
+        -- the new hint: lower, to the last job claimed, when a rescan filled
+        -- the claim behind the hint (more late jobs may follow it); now()
+        -- when the claim took fewer than it asked for; else the last job
+        nh AS (
+            SELECT CASE WHEN got = want AND ended_from IS NOT NULL
+                             AND (t.run_at, t.id) < (ln.hint_run_at, ln.hint_id)
+                        THEN t.run_at
+                        WHEN got < want THEN greatest(now(), ln.hint_run_at)
+                        WHEN (t.run_at, t.id) > (ln.hint_run_at, ln.hint_id) THEN t.run_at
+                        ELSE ln.hint_run_at END AS run_at,
+                   CASE WHEN got = want AND ended_from IS NOT NULL
+                             AND (t.run_at, t.id) < (ln.hint_run_at, ln.hint_id)
+                        THEN t.id
+                        WHEN got < want THEN CASE WHEN now() > ln.hint_run_at THEN 0 ELSE ln.hint_id END
+                        WHEN (t.run_at, t.id) > (ln.hint_run_at, ln.hint_id) THEN t.id
+                        ELSE ln.hint_id END AS id,
+                   got = want AND ended_from IS NOT NULL
+                       AND (t.run_at, t.id) < (ln.hint_run_at, ln.hint_id) AS lowered
+            FROM awa.lanes ln, t WHERE ln.ctid = (SELECT lane.ctid FROM lane)),
+        h AS (
+            UPDATE awa.lanes ln
+            SET hint_run_at = nh.run_at, hint_id = nh.id,
+                gen = ln.gen + nh.lowered::int,
+                -- keep the notes this claim did not rescan for; note every
+                -- older xid in progress, from the hint before this move
+                (note_xid, note_from, note_from_id) = (
+                    SELECT coalesce(array_agg(k.x), '{}'), coalesce(array_agg(k.f), '{}'),
+                           coalesce(array_agg(k.fi), '{}')
+                    FROM (SELECT o.x, o.f, o.fi
+                          FROM unnest(ln.note_xid, ln.note_from, ln.note_from_id) AS o(x, f, fi)
+                          WHERE NOT (o.x = ANY (l.note_xid) AND o.x < me AND o.x <> ALL (open_xids))
+                          UNION ALL
+                          SELECT v.x, ln.hint_run_at, ln.hint_id FROM unnest(open_xids) AS v(x)
+                          WHERE v.x <> ALL (ln.note_xid)) AS k)
+            FROM nh
+            WHERE ln.ctid = (SELECT lane.ctid FROM lane))
+        SELECT u.id, u.run_lease, u.kind, u.args, u.attempt, u.max_attempts FROM u;
+        GET DIAGNOSTICS got = ROW_COUNT;
+        want := want - got;
+        EXIT WHEN want <= 0;
+    END LOOP;
+END
+$fn$;
+
+-- The leader's backstop: a job that a claim locked and then rolled back is
+-- available behind the hint, skipped by the claims that raised it. Scan the
+-- part of the lane not yet swept; lower the hint to the first such job that
+-- nobody holds; advance the sweep only up to the first available job, held
+-- or not, so that a job held now and rolled back later is seen next time.
+CREATE FUNCTION awa.sweep_lane(q text, p smallint) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    ln record;
+    first_any record;
+    first_free record;
+BEGIN
+    SELECT * INTO ln FROM awa.lanes WHERE queue = q AND priority = p FOR UPDATE;
+    SELECT j.run_at, j.id INTO first_any FROM awa.jobs j
+    WHERE j.queue = q AND j.priority = p
+      AND (j.run_at, j.id) > (ln.swept_run_at, ln.swept_id)
+      AND (j.run_at, j.id) <= (ln.hint_run_at, ln.hint_id)
+      AND j.run_at <= now() AND j.state = 'available'
+    ORDER BY j.run_at, j.id LIMIT 1;
+    IF first_any.id IS NULL THEN
+        UPDATE awa.lanes SET swept_run_at = ln.hint_run_at, swept_id = ln.hint_id
+        WHERE queue = q AND priority = p;
+        RETURN false;
+    END IF;
+    SELECT j.run_at, j.id INTO first_free FROM awa.jobs j
+    WHERE j.queue = q AND j.priority = p
+      AND (j.run_at, j.id) >= (first_any.run_at, first_any.id)
+      AND (j.run_at, j.id) <= (ln.hint_run_at, ln.hint_id)
+      AND j.run_at <= now() AND j.state = 'available'
+    ORDER BY j.run_at, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED;
+    UPDATE awa.lanes
+    SET swept_run_at = first_any.run_at, swept_id = first_any.id - 1,
+        hint_run_at = coalesce(first_free.run_at, ln.hint_run_at),
+        hint_id = coalesce(first_free.id - 1, ln.hint_id),
+        gen = gen + (first_free.id IS NOT NULL)::int
+    WHERE queue = q AND priority = p;
+    RETURN first_free.id IS NOT NULL;
+END
+$fn$;
+"""
+
+# A writer that makes a job claimable behind the hint (rescue, a back-dated
+# run_at) locks the lane row until it commits and bumps gen, whether or not the
+# hint is past the job yet: until the job is visible no claim may raise the
+# hint past it. $1 queue, $2 priority, $3 run_at, $4 id.
+FY_LOWER_HINT_SQL = """
+UPDATE awa.lanes
+SET hint_run_at = CASE WHEN (hint_run_at, hint_id) > ($3, $4 - 1) THEN $3 ELSE hint_run_at END,
+    hint_id = CASE WHEN (hint_run_at, hint_id) > ($3, $4 - 1) THEN $4 - 1 ELSE hint_id END,
+    swept_run_at = CASE WHEN (swept_run_at, swept_id) > ($3, $4 - 1) THEN $3 ELSE swept_run_at END,
+    swept_id = CASE WHEN (swept_run_at, swept_id) > ($3, $4 - 1) THEN $4 - 1 ELSE swept_id END,
+    gen = gen + 1
+WHERE queue = $1 AND priority = $2"""
+
+
 def layout_f(ff: int = 30, name: str = "F", claim_fn: str = E_CLAIM_FN_SQL) -> Layout:
     cols = JOB_COLUMNS_SQL.format(id_clause="NOT NULL DEFAULT nextval('awa.jobs_id_seq')")
     return Layout(
@@ -685,6 +882,7 @@ LAYOUTS = {
     "F40": lambda: layout_f(ff=40, name="F40"),
     "FW": lambda: layout_f(name="FW", claim_fn=FW_CLAIM_FN_SQL),
     "FX": lambda: layout_f(name="FX", claim_fn=FX_LANES_SQL + FX_CLAIM_FN_SQL),
+    "FY": lambda: layout_f(name="FY", claim_fn=FY_SQL),
 }
 
 # --------------------------------------------------------------------------
