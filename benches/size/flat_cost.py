@@ -212,7 +212,7 @@ async def phase(admin_url: str, name: str, args: argparse.Namespace) -> dict[str
 
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    small = next(r for r in results if r["phase"] == "small")
+    small = next((r for r in results if r["phase"] == "small"), {})
     lines = [
         "| figure | small | with the larger table | ratio |",
         "|---|---|---|---|",
@@ -226,11 +226,13 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             else f"{args.history:,} in history"
         )
         for key in ("drain_jobs_per_s", "insert_many_jobs_per_s", "insert_jobs_per_s"):
-            if key in result:
+            if key in result and key in small:
                 ratio = result[key] / small[key]
                 lines.append(
                     f"| {key} ({label}) | {small[key]:,.0f} | {result[key]:,.0f} | {ratio:.2f}× |"
                 )
+            elif key in result:
+                lines.append(f"| {key} ({label}) | | {result[key]:,.0f} | |")
     for result in results:
         for label, plan in result.get("plans", {}).items():
             lines.append(
@@ -254,13 +256,13 @@ async def main() -> None:
     for name in args.phases.split(","):
         results.append(await phase(args.admin_url, name, args))
         print(f"{name}: done", flush=True)
-    print(table(results, args))
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     path = out / f"{stamp}.json"
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2, default=str))
     print(f"wrote {path}")
+    print(table(results, args))
 
 
 if __name__ == "__main__":

@@ -87,44 +87,40 @@ async def claim_ids(conn: asyncpg.Connection, db: Db, n: int = 10) -> list[int]:
     return [r["id"] for r in rows]
 
 
-async def check_read_first(db: Db) -> bool:
-    """A transaction reads (no xid yet), a later job is claimed, then the
-    transaction inserts with the default run_at and commits."""
+async def check_late_commit(db: Db, read_first: bool) -> bool:
+    """A transaction begins, then a later job is inserted and claimed, then
+    the transaction commits a job. read_first: it reads at the start (no xid
+    yet) and inserts with the default run_at only after the claim; otherwise
+    it inserts at the start and stays open."""
     ctl, slow = await db.connect(), await db.connect()
     try:
         await slow.execute("BEGIN")
-        await slow.fetchval("SELECT count(*) FROM awa.lanes")
+        if read_first:
+            await slow.fetchval("SELECT count(*) FROM awa.lanes")
+        else:
+            slow_ids = await insert(slow)
         await asyncio.sleep(0.2)
         fast = await insert(ctl)
         first = await claim_ids(ctl, db)
-        slow_id = (await insert(slow))[0]
+        if read_first:
+            slow_ids = await insert(slow)
         await slow.execute("COMMIT")
         second = await claim_ids(ctl, db)
-        return report(db.layout.name, "read-first", first == fast and second == [slow_id],
-                      f"claimed {first} then {second}; the reader's job {slow_id} "
-                      f"{'was' if slow_id in second else 'was NOT'} claimed next")
+        check = "read-first" if read_first else "write-first"
+        return report(db.layout.name, check, first == fast and second == slow_ids,
+                      f"claimed {first} then {second}; the late job {slow_ids} "
+                      f"{'was' if second == slow_ids else 'was NOT'} claimed next")
     finally:
         await ctl.close()
         await slow.close()
+
+
+async def check_read_first(db: Db) -> bool:
+    return await check_late_commit(db, read_first=True)
 
 
 async def check_write_first(db: Db) -> bool:
-    """A transaction inserts and stays open while a later job is claimed."""
-    ctl, slow = await db.connect(), await db.connect()
-    try:
-        await slow.execute("BEGIN")
-        slow_id = (await insert(slow))[0]
-        await asyncio.sleep(0.2)
-        fast = await insert(ctl)
-        first = await claim_ids(ctl, db)
-        await slow.execute("COMMIT")
-        second = await claim_ids(ctl, db)
-        return report(db.layout.name, "write-first", first == fast and second == [slow_id],
-                      f"claimed {first} then {second}; the writer's job {slow_id} "
-                      f"{'was' if slow_id in second else 'was NOT'} claimed next")
-    finally:
-        await ctl.close()
-        await slow.close()
+    return await check_late_commit(db, read_first=False)
 
 
 async def check_aborted_claim(db: Db) -> bool:

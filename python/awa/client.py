@@ -745,10 +745,11 @@ class AsyncClient:
         limit: int = DEFAULT_LIST_LIMIT,
         include_payload: bool = False,
     ) -> list[dead_letters.DeadLetter]:
-        """Failed jobs, newest first, each with its :class:`awa.DeadLetterReason`
-        (``max_attempts_exhausted``, ``terminal_error``, ``callback_timeout``,
-        ``deadline_exceeded``, ``crash_loop``); args and metadata only with
-        ``include_payload=True`` (see :meth:`get_job`)."""
+        """Failed jobs, newest first (by id, as :meth:`list_jobs`), each with
+        its :class:`awa.DeadLetterReason` (``max_attempts_exhausted``,
+        ``terminal_error``, ``callback_timeout``, ``deadline_exceeded``,
+        ``crash_loop``); args and metadata only with ``include_payload=True``
+        (see :meth:`get_job`)."""
         _check_flag("include_payload", include_payload)
         _check_limit(limit)
         selected = dead_letters.filters(None, queue, kind, reason)
