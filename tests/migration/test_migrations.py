@@ -244,3 +244,34 @@ async def test_migration_12_gives_legacy_failed_jobs_the_reason_their_failure_im
         }
     finally:
         await conn.close()
+
+
+async def test_migration_13_copies_the_scheduled_and_retryable_jobs_and_only_those(
+    fresh_database,
+):
+    url = await fresh_database()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql.query("schema_migrations_bootstrap"))
+        for migration in sql.MIGRATIONS:
+            if migration.version == 13:
+                waiting = {
+                    await conn.fetchval(
+                        "INSERT INTO awa.jobs (kind, state, run_at) "
+                        "VALUES ('k', $1, now() + interval '1 hour') RETURNING id",
+                        state,
+                    )
+                    for state in ("scheduled", "retryable")
+                }
+                await conn.execute(
+                    "INSERT INTO awa.jobs (kind, state) VALUES ('k', 'available'), ('k', 'running')"
+                )
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+        due = await conn.fetch(
+            "SELECT d.job_id FROM awa.job_due d JOIN awa.jobs j "
+            "ON j.id = d.job_id AND j.run_at = d.run_at"
+        )
+        assert {row["job_id"] for row in due} == waiting
+    finally:
+        await conn.close()

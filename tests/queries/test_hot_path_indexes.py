@@ -20,7 +20,6 @@ HOT_PATH_COLUMNS = {
 # hints (docs/storage.md, "The order of work"). The list only shrinks.
 NOT_YET_MOVED = {
     "jobs_claim_idx": {"state"},
-    "jobs_due_idx": {"state"},
     "jobs_running_idx": {"state", "worker_id"},
     "jobs_attempt_deadline_idx": {"state", "attempt_deadline_at"},
 }

@@ -202,4 +202,5 @@ async def test_no_trigger_on_jobs_runs_before_its_row(conn):
     every = await conn.fetchval(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'awa.jobs'::regclass AND NOT tgisinternal"
     )
-    assert (before, every) == ([], 7)  # 5 for unique keys, 2 for failure reasons
+    # 5 for unique keys, 2 for failure reasons, 4 for due jobs
+    assert (before, every) == ([], 11)

@@ -89,10 +89,6 @@ CREATE TABLE awa.jobs (
 CREATE INDEX jobs_claim_idx ON awa.jobs (queue, priority, run_at, id)
     WHERE state = 'available';
 
--- The scheduler: scheduled and retryable jobs by the time they are due.
-CREATE INDEX jobs_due_idx ON awa.jobs (run_at)
-    WHERE state IN ('scheduled', 'retryable');
-
 -- The rescuer: running jobs by the worker process that holds them.
 CREATE INDEX jobs_running_idx ON awa.jobs (worker_id)
     WHERE state = 'running';
@@ -252,6 +248,59 @@ CREATE TRIGGER jobs_fill_failure_reason_on_update
     AFTER UPDATE OF state, failure_reason ON awa.jobs FOR EACH ROW
     WHEN (NEW.state = 'failed' AND NEW.failure_reason IS NULL)
     EXECUTE FUNCTION awa.fill_failure_reason();
+
+-- The scheduler finds scheduled and retryable jobs by when they are due
+-- here (migration 0013): an index on awa.jobs would have to read `state`.
+-- Triggers keep one row per job in either state, on every path.
+CREATE TABLE awa.job_due (
+    run_at timestamptz NOT NULL,
+    job_id bigint NOT NULL,
+    PRIMARY KEY (run_at, job_id)
+);
+
+CREATE FUNCTION awa.track_due_job() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.state IN ('scheduled', 'retryable') THEN
+        DELETE FROM awa.job_due WHERE run_at = OLD.run_at AND job_id = OLD.id;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.state IN ('scheduled', 'retryable') THEN
+        INSERT INTO awa.job_due (run_at, job_id) VALUES (NEW.run_at, NEW.id)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION awa.forget_due_jobs() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    TRUNCATE awa.job_due;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_track_due_on_insert
+    AFTER INSERT ON awa.jobs FOR EACH ROW
+    WHEN (NEW.state IN ('scheduled', 'retryable'))
+    EXECUTE FUNCTION awa.track_due_job();
+
+CREATE TRIGGER jobs_track_due_on_update
+    AFTER UPDATE OF state, run_at ON awa.jobs FOR EACH ROW
+    WHEN ((OLD.state IN ('scheduled', 'retryable') OR NEW.state IN ('scheduled', 'retryable'))
+          AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.run_at IS DISTINCT FROM NEW.run_at))
+    EXECUTE FUNCTION awa.track_due_job();
+
+CREATE TRIGGER jobs_track_due_on_delete
+    AFTER DELETE ON awa.jobs FOR EACH ROW
+    WHEN (OLD.state IN ('scheduled', 'retryable'))
+    EXECUTE FUNCTION awa.track_due_job();
+
+CREATE TRIGGER jobs_forget_due_on_truncate
+    AFTER TRUNCATE ON awa.jobs FOR EACH STATEMENT
+    EXECUTE FUNCTION awa.forget_due_jobs();
 
 -- A job's fingerprint: its kind and arguments. jsonb prints keys in one
 -- canonical order, so equal arguments always give the same bytes.

@@ -817,13 +817,15 @@ SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notifi
 
 -- name: jobs_promote_due
 -- Makes due scheduled and retryable jobs available (up to a bound), and
--- wakes the queues that received some.
+-- wakes the queues that received some. They are found in awa.job_due (see
+-- migration 0013), whose rows the state change deletes.
 WITH due AS (
-    SELECT id FROM awa.jobs
-    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
-    ORDER BY run_at
+    SELECT jobs.id FROM awa.job_due AS due
+    JOIN awa.jobs AS jobs ON jobs.id = due.job_id AND jobs.run_at = due.run_at
+    WHERE due.run_at <= now() AND jobs.state IN ('scheduled', 'retryable')
+    ORDER BY due.run_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF jobs SKIP LOCKED
 ), promoted AS (
     UPDATE awa.jobs AS jobs SET state = 'available'
     FROM due WHERE jobs.id = due.id
@@ -836,9 +838,8 @@ SELECT (SELECT count(*) FROM promoted) AS promoted, (SELECT count(*) FROM notifi
 -- name: jobs_next_due
 -- Seconds until the next scheduled or retryable job is due (NULL if none).
 SELECT extract(epoch FROM min(run_at) - now())::float8 AS seconds
-FROM awa.jobs
-WHERE state IN ('scheduled', 'retryable')
-  AND run_at < 'infinity';  -- jobs held by quarantine are never due
+FROM awa.job_due
+WHERE run_at < 'infinity';  -- jobs held by quarantine are never due
 
 -- name: jobs_orphaned
 -- Running jobs whose worker is gone or has not heartbeated for $1 seconds.
