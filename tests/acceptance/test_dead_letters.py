@@ -112,3 +112,17 @@ async def test_retention_prunes_finished_jobs_by_state_and_queue(client, conn):
         return left if len(left) == 3 else None
 
     assert await eventually(remaining) == {"new_completed", "old_failed", "running"}
+
+
+async def test_one_retention_pass_deletes_more_than_a_statement_holds(client, conn):
+    """Statements stay on the same pages while each fills its batch; the pass
+    goes on until its share of the table is walked."""
+    from awa.maintenance.pruner import Pruner
+
+    await conn.execute(
+        "INSERT INTO awa.jobs (kind, state, finalized_at) "
+        "SELECT 'k', 'completed', now() - interval '2 hours' FROM generate_series(1, 2500)"
+    )
+    pruner = Pruner(await client._database(), 60.0, 100, 3600.0, 3600.0, 86_400.0, None)
+    assert await pruner.prune_once() == 2500
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0

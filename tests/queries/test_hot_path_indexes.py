@@ -141,10 +141,12 @@ async def test_retention_walks_the_table_by_pages_and_deletes_by_state_and_queue
     assert pages > 2
     first = await prune(conn, 0, 1)
     assert first["next_page"] == 1 and 0 < first["pruned"] < len(old)
-    walked, page = first["pruned"], 1
-    while page:
+    assert not first["wrapped"]
+    walked, page, wrapped = first["pruned"], 1, False
+    while not wrapped:
         step = await prune(conn, page, 1)
-        walked, page = walked + step["pruned"], step["next_page"]
+        walked, page, wrapped = walked + step["pruned"], step["next_page"], step["wrapped"]
+    assert page == 0
     assert walked == len(old) + len(noisy)
     assert sorted(r["id"] for r in await conn.fetch("SELECT id FROM awa.jobs")) == sorted(kept)
 
@@ -152,10 +154,10 @@ async def test_retention_walks_the_table_by_pages_and_deletes_by_state_and_queue
 async def test_retention_cut_short_by_its_limit_stays_on_the_same_pages(conn):
     await finished(conn, 10, "completed", 7200)
     step = await prune(conn, 0, 1000, limit=4)
-    assert (step["pruned"], step["next_page"]) == (4, 0)
+    assert (step["pruned"], step["next_page"], step["wrapped"]) == (4, 0, False)
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 6
     step = await prune(conn, 0, 1000)
-    assert (step["pruned"], step["next_page"]) == (6, 0)
+    assert (step["pruned"], step["next_page"], step["wrapped"]) == (6, 0, True)
 
 
 async def test_retention_reads_only_the_pages_it_is_given(conn):

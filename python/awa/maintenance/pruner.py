@@ -91,11 +91,14 @@ class Pruner:
             pruned += row["pruned"]
             if share is None:
                 share = max(PAGES_PER_STATEMENT, math.ceil(row["table_pages"] * self._share))
-            if row["next_page"] != self._next_page:
+            if row["wrapped"]:
+                self._next_page = 0
+                break  # the end of the table: the next pass starts over
+            if row["next_page"] != self._next_page:  # else cut short: the same pages again
                 walked += PAGES_PER_STATEMENT
             self._next_page = row["next_page"]
-            if self._next_page == 0 or walked >= share:
-                break  # the end of the table (the next pass starts over), or this pass's share
+            if walked >= share:
+                break
         if pruned:
             log.info("pruned %d finished jobs past their retention", pruned)
         self.pruned += pruned

@@ -757,7 +757,8 @@ SELECT count(*) FROM purged;
 -- 0012), so retention walks the table's pages in turns instead. Skips rows
 -- others hold, so it never waits. Returns how many it deleted, the page to
 -- start from next (the same range while it was cut short by $4, 0 once the
--- walk passes the end of the table) and the table's size in pages.
+-- walk passes the end of the table), whether it did pass the end, and the
+-- table's size in pages.
 WITH overrides AS (
     SELECT queue, seconds FROM unnest($7::text[], $8::float8[]) AS o(queue, seconds)
 ), pruned AS (
@@ -784,6 +785,7 @@ SELECT counted.pruned,
        CASE WHEN counted.pruned >= $4 THEN $5::bigint
             WHEN $5::bigint + $6::bigint >= size.pages THEN 0
             ELSE $5::bigint + $6::bigint END AS next_page,
+       counted.pruned < $4 AND $5::bigint + $6::bigint >= size.pages AS wrapped,
        size.pages AS table_pages
 FROM counted,
      (SELECT pg_relation_size('awa.jobs') / current_setting('block_size')::bigint AS pages) AS size;
