@@ -186,28 +186,39 @@ async def test_an_older_schema_version_gives_a_clear_error(fresh_database):
     assert raised.value.needed == sql.LATEST_VERSION
 
 
+async def migrate_seeding(conn: asyncpg.Connection, version: int, seed):
+    """Applies every migration, running ``seed(conn)`` just before
+    ``version``'s; returns what seed returned."""
+    await conn.execute(sql.query("schema_migrations_bootstrap"))
+    seeded = None
+    for migration in sql.MIGRATIONS:
+        if migration.version == version:
+            seeded = await seed(conn)
+        async with conn.transaction():
+            await conn.execute(migration.sql)
+    return seeded
+
+
 async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_database):
-    url = await fresh_database()
-    conn = await asyncpg.connect(url)
+    async def seed(conn):
+        waiting = await conn.fetchval(
+            "INSERT INTO awa.jobs (kind, unique_key, unique_states) "
+            "VALUES ('k', 'w', 31) RETURNING id"
+        )
+        kept = await conn.fetchval(
+            "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
+            "VALUES ('k', 'completed', 'kept', 63) RETURNING id"
+        )
+        # A finished job outside its set, and a legacy duplicate (0).
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
+            "VALUES ('k', 'completed', 'w', 31), ('k', 'available', 'legacy', 0)"
+        )
+        return waiting, kept
+
+    conn = await asyncpg.connect(await fresh_database())
     try:
-        await conn.execute(sql.query("schema_migrations_bootstrap"))
-        for migration in sql.MIGRATIONS:
-            if migration.version == 11:
-                waiting = await conn.fetchval(
-                    "INSERT INTO awa.jobs (kind, unique_key, unique_states) "
-                    "VALUES ('k', 'w', 31) RETURNING id"
-                )
-                kept = await conn.fetchval(
-                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
-                    "VALUES ('k', 'completed', 'kept', 63) RETURNING id"
-                )
-                # A finished job outside its set, and a legacy duplicate (0).
-                await conn.execute(
-                    "INSERT INTO awa.jobs (kind, state, unique_key, unique_states) "
-                    "VALUES ('k', 'completed', 'w', 31), ('k', 'available', 'legacy', 0)"
-                )
-            async with conn.transaction():
-                await conn.execute(migration.sql)
+        waiting, kept = await migrate_seeding(conn, 11, seed)
         held = await conn.fetch("SELECT unique_key, job_id FROM awa.job_unique_keys")
         assert {bytes(r["unique_key"]): r["job_id"] for r in held} == {b"w": waiting, b"kept": kept}
     finally:
@@ -217,25 +228,22 @@ async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_dat
 async def test_migration_12_gives_legacy_failed_jobs_the_reason_their_failure_implies(
     fresh_database,
 ):
-    url = await fresh_database()
-    conn = await asyncpg.connect(url)
+    async def seed(conn):
+        # Failed before version 5 recorded reasons: attempts used up, or
+        # stopped early by a terminal error.
+        return [
+            await conn.fetchval(
+                "INSERT INTO awa.jobs (kind, state, attempt, max_attempts) "
+                "VALUES ('k', $1, $2, 3) RETURNING id",
+                state,
+                attempt,
+            )
+            for state, attempt in (("failed", 3), ("failed", 1), ("completed", 1))
+        ]
+
+    conn = await asyncpg.connect(await fresh_database())
     try:
-        await conn.execute(sql.query("schema_migrations_bootstrap"))
-        for migration in sql.MIGRATIONS:
-            if migration.version == 12:
-                # Failed before version 5 recorded reasons: attempts used up,
-                # or stopped early by a terminal error.
-                used_up, stopped, completed = [
-                    await conn.fetchval(
-                        "INSERT INTO awa.jobs (kind, state, attempt, max_attempts) "
-                        "VALUES ('k', $1, $2, 3) RETURNING id",
-                        state,
-                        attempt,
-                    )
-                    for state, attempt in (("failed", 3), ("failed", 1), ("completed", 1))
-                ]
-            async with conn.transaction():
-                await conn.execute(migration.sql)
+        used_up, stopped, completed = await migrate_seeding(conn, 12, seed)
         reasons = dict(await conn.fetch("SELECT id, failure_reason FROM awa.jobs"))
         assert reasons == {
             used_up: "max_attempts_exhausted",
@@ -249,25 +257,23 @@ async def test_migration_12_gives_legacy_failed_jobs_the_reason_their_failure_im
 async def test_migration_13_copies_the_scheduled_and_retryable_jobs_and_only_those(
     fresh_database,
 ):
-    url = await fresh_database()
-    conn = await asyncpg.connect(url)
+    async def seed(conn):
+        waiting = {
+            await conn.fetchval(
+                "INSERT INTO awa.jobs (kind, state, run_at) "
+                "VALUES ('k', $1, now() + interval '1 hour') RETURNING id",
+                state,
+            )
+            for state in ("scheduled", "retryable")
+        }
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, state) VALUES ('k', 'available'), ('k', 'running')"
+        )
+        return waiting
+
+    conn = await asyncpg.connect(await fresh_database())
     try:
-        await conn.execute(sql.query("schema_migrations_bootstrap"))
-        for migration in sql.MIGRATIONS:
-            if migration.version == 13:
-                waiting = {
-                    await conn.fetchval(
-                        "INSERT INTO awa.jobs (kind, state, run_at) "
-                        "VALUES ('k', $1, now() + interval '1 hour') RETURNING id",
-                        state,
-                    )
-                    for state in ("scheduled", "retryable")
-                }
-                await conn.execute(
-                    "INSERT INTO awa.jobs (kind, state) VALUES ('k', 'available'), ('k', 'running')"
-                )
-            async with conn.transaction():
-                await conn.execute(migration.sql)
+        waiting = await migrate_seeding(conn, 13, seed)
         due = await conn.fetch(
             "SELECT d.job_id FROM awa.job_due d JOIN awa.jobs j "
             "ON j.id = d.job_id AND j.run_at = d.run_at"

@@ -11,6 +11,7 @@ import asyncpg
 
 from awa import sql
 from tests.queries.test_jobs_queries import claim, finish, register_worker
+from tests.queries.test_unique_keys import table_writes
 
 Q = sql.query
 
@@ -90,14 +91,6 @@ async def test_copy_of_scheduled_jobs_fills_the_table(conn):
     assert len(await assert_due_true_to_jobs(conn)) == 50
 
 
-async def due_table_writes(conn: asyncpg.Connection) -> tuple[int, int]:
-    stats = await conn.fetchrow(
-        "SELECT n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables "
-        "WHERE schemaname = 'awa' AND relname = 'job_due'"
-    )
-    return stats["n_tup_ins"], stats["n_tup_del"]
-
-
 async def test_a_job_never_scheduled_writes_nothing_to_the_table(conn):
     worker = await register_worker(conn)
     async with conn.transaction():
@@ -107,4 +100,4 @@ async def test_a_job_never_scheduled_writes_nothing_to_the_table(conn):
             conn, [r["id"] for r in rows], [r["run_lease"] for r in rows], ["completed"] * 5
         )
         assert len(rows) == 5
-        assert await due_table_writes(conn) == (0, 0)
+        assert await table_writes(conn, "job_due") == (0, 0)

@@ -143,13 +143,18 @@ async def test_sql_of_its_own_that_would_let_a_duplicate_in_fails_on_the_key_tab
     assert await assert_table_true_to_jobs(conn) == {b"own": holder, b"back": taker}
 
 
-async def key_table_writes(conn: asyncpg.Connection) -> tuple[int, int]:
-    """Rows inserted into and deleted from the key table in this transaction."""
+async def table_writes(conn: asyncpg.Connection, table: str) -> tuple[int, int]:
+    """Rows inserted into and deleted from awa.<table> in this transaction."""
     stats = await conn.fetchrow(
         "SELECT n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables "
-        "WHERE schemaname = 'awa' AND relname = 'job_unique_keys'"
+        "WHERE schemaname = 'awa' AND relname = $1",
+        table,
     )
     return stats["n_tup_ins"], stats["n_tup_del"]
+
+
+async def key_table_writes(conn: asyncpg.Connection) -> tuple[int, int]:
+    return await table_writes(conn, "job_unique_keys")
 
 
 async def test_jobs_without_a_key_write_nothing_to_the_key_table(conn):
