@@ -280,10 +280,7 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    -- The core names a reason for every failure (the default is only a
-    -- guard: every failed job must have one, see jobs_dead_letter_idx).
-    failure_reason = CASE WHEN outcome.state = 'failed'
-                          THEN coalesce(outcome.error ->> 'reason', 'terminal_error') END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -320,10 +317,7 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    -- The core names a reason for every failure (the default is only a
-    -- guard: every failed job must have one, see jobs_dead_letter_idx).
-    failure_reason = CASE WHEN outcome.state = 'failed'
-                          THEN coalesce(outcome.error ->> 'reason', 'terminal_error') END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[], $6::jsonb[])
      AS outcome(id, run_lease, state, delay_s, refund, error)
 WHERE jobs.id = outcome.id
@@ -572,8 +566,7 @@ WITH expired AS (
                  || jsonb_build_array(expiry.error || jsonb_build_object(
                         'at', now(), 'started_at', jobs.attempted_at,
                         'worker_id', jobs.worker_id)),
-        failure_reason = CASE WHEN expiry.state = 'failed'
-                              THEN coalesce(expiry.error ->> 'reason', 'terminal_error') END
+        failure_reason = CASE WHEN expiry.state = 'failed' THEN expiry.error ->> 'reason' END
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::jsonb[])
          AS expiry(id, run_lease, state, delay_s, error)
     WHERE jobs.id = expiry.id
