@@ -8,7 +8,7 @@
 //! fields of the `awa.job_input` type (one parameter, read by name with
 //! `jsonb_populate_recordset`) and `PostgreSQL`'s COPY text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::json::{write_lossy_string, JsonWriter};
@@ -322,9 +322,32 @@ impl InsertBatch {
         queues.into_iter().map(str::to_owned).collect()
     }
 
-    /// The columns [`InsertBatch::copy_text`] writes, in order.
+    /// Lanes (queue, priority) receiving jobs available at `now_us` with an
+    /// earlier `run_at` of their own, each with the earliest such `run_at`:
+    /// keyed before the insert's enqueue time, they may land behind their
+    /// lane's hint, which must be lowered (`jobs_lower_lanes`). Sorted.
+    pub fn backdated_lanes(&self, now_us: i64) -> Vec<(String, i16, i64)> {
+        let mut earliest: BTreeMap<(&str, i16), i64> = BTreeMap::new();
+        for job in &self.jobs {
+            if let Some(run_at_us) = job.run_at_us.filter(|&micros| micros < now_us) {
+                earliest
+                    .entry((job.queue.as_str(), job.priority))
+                    .and_modify(|micros| *micros = (*micros).min(run_at_us))
+                    .or_insert(run_at_us);
+            }
+        }
+        earliest
+            .into_iter()
+            .map(|((queue, priority), micros)| (queue.to_owned(), priority, micros))
+            .collect()
+    }
+
+    /// The columns [`InsertBatch::copy_text`] writes, in order. `run_at`
+    /// always: a column COPY leaves to its default is filled by
+    /// `awa.enqueue_time_v1()`, a volatile function, and PostgreSQL then
+    /// writes the rows one by one instead of in batches.
     pub fn copy_columns(&self, with_ids: bool) -> Vec<&'static str> {
-        let mut columns = Vec::with_capacity(12);
+        let mut columns = Vec::with_capacity(13);
         if with_ids {
             columns.push("id");
         }
@@ -338,10 +361,8 @@ impl InsertBatch {
             "max_crashes",
             "tags",
             "metadata",
+            "run_at",
         ]);
-        if self.has_run_at() {
-            columns.push("run_at");
-        }
         if self.has_limits() {
             columns.extend(["timeout_ms", "deadline_at"]);
         }
@@ -349,13 +370,14 @@ impl InsertBatch {
     }
 
     /// The jobs in COPY text format for [`InsertBatch::copy_columns`].
-    /// `now_us` decides which are `available` and which `scheduled`; `ids`,
-    /// when given, supplies the job ids (one per job).
+    /// `now_us` is the insert's enqueue time (`jobs_copy_start`): the
+    /// `run_at` of jobs without their own, and what decides which are
+    /// `available` and which `scheduled`; `ids`, when given, supplies the
+    /// job ids (one per job).
     pub fn copy_text(&self, now_us: i64, ids: Option<&[i64]>) -> Result<String, Invalid> {
         if ids.is_some_and(|ids| ids.len() != self.jobs.len()) {
             return Err(Invalid::new("ids", "one id is needed per row"));
         }
-        let with_run_at = self.has_run_at();
         let with_limits = self.has_limits();
         let mut out = String::with_capacity(self.jobs.len() * 96);
         for (row, job) in self.jobs.iter().enumerate() {
@@ -363,13 +385,9 @@ impl InsertBatch {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            copy_row(&mut out, job, now_us, with_run_at, with_limits);
+            copy_row(&mut out, job, now_us, with_limits);
         }
         Ok(out)
-    }
-
-    fn has_run_at(&self) -> bool {
-        self.jobs.iter().any(|job| job.run_at_us.is_some())
     }
 
     /// Whether any job has its own timeout or deadline (COPY then sends both).
@@ -380,7 +398,7 @@ impl InsertBatch {
     }
 }
 
-fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_run_at: bool, with_limits: bool) {
+fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool) {
     let state = if job.is_available(now_us) {
         "available"
     } else {
@@ -404,12 +422,8 @@ fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_run_at: bool, with
     optional_copy_field(out, tags.as_deref());
     out.push('\t');
     optional_copy_field(out, job.metadata.as_deref());
-    if with_run_at {
-        out.push('\t');
-        // Jobs without their own run_at run now, by the caller's clock.
-        let micros = job.run_at_us.unwrap_or(now_us);
-        out.push_str(&payload::format_timestamp_us(micros));
-    }
+    out.push('\t');
+    out.push_str(&payload::format_timestamp_us(job.run_at_us.unwrap_or(now_us)));
     if with_limits {
         out.push('\t');
         optional_copy_value(out, job.timeout_ms.map(|ms| ms.to_string()));
@@ -559,7 +573,7 @@ mod tests {
     }
 
     #[test]
-    fn copy_text_sends_run_at_and_limits_only_when_some_job_has_them() {
+    fn copy_text_always_sends_run_at_and_limits_only_when_some_job_has_them() {
         let mut batch = InsertBatch::with_capacity(2);
         batch.push(NewJob::check(input(), None).unwrap()).unwrap();
         assert_eq!(
@@ -573,9 +587,14 @@ mod tests {
                 "max_attempts",
                 "max_crashes",
                 "tags",
-                "metadata"
+                "metadata",
+                "run_at"
             ]
         );
+        assert!(batch
+            .copy_text(1_000, None)
+            .unwrap()
+            .ends_with("\t1970-01-01 00:00:00.001000+00\n"));
         let mut later = input();
         later.run_at_us = Some(2_000);
         later.timeout_ms = Some(10);
@@ -589,6 +608,31 @@ mod tests {
         assert!(lines[1].ends_with("\t10\t\\N"));
         assert!(batch.copy_text(1_000, Some(&[7])).is_err());
         assert_eq!(batch.available_queues(1_000), ["default"]);
+    }
+
+    #[test]
+    fn backdated_lanes_are_the_earliest_past_run_at_of_each_queue_and_priority() {
+        let mut batch = InsertBatch::with_capacity(5);
+        let at = |queue: &str, priority: i64, run_at_us: Option<i64>| {
+            let mut job = input();
+            job.queue = queue.to_owned();
+            job.priority = priority;
+            job.run_at_us = run_at_us;
+            NewJob::check(job, None).unwrap()
+        };
+        for job in [
+            at("a", 2, Some(500)),
+            at("a", 2, Some(300)),
+            at("a", 1, Some(900)),
+            at("b", 2, None),
+            at("b", 2, Some(2_000)),
+        ] {
+            batch.push(job).unwrap();
+        }
+        assert_eq!(
+            batch.backdated_lanes(1_000),
+            [("a".to_owned(), 1, 900), ("a".to_owned(), 2, 300)]
+        );
     }
 
     #[test]

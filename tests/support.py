@@ -70,3 +70,16 @@ async def wait_until_settled(
         return found if done >= count else None
 
     return await eventually(settled, timeout=timeout)
+
+
+async def table_counters(connection: asyncpg.Connection, table: str) -> asyncpg.Record:
+    """awa.<table>'s cumulative row counters (``n_tup_ins``, ``n_tup_upd``,
+    ``n_tup_hot_upd``, ``n_tup_del``), this session's writes included."""
+    await connection.execute("SELECT pg_stat_force_next_flush()")
+    await connection.execute("SELECT 1")  # the flush happens as a statement ends
+    await connection.execute("SELECT pg_stat_clear_snapshot()")
+    return await connection.fetchrow(
+        "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
+        "WHERE schemaname = 'awa' AND relname = $1",
+        table,
+    )

@@ -331,21 +331,29 @@ class InsertRows:
         """The rows in PostgreSQL's COPY text format, for the columns
         :meth:`copy_columns` names.
 
-        Rows whose ``run_at_us`` is after ``now_us`` (microseconds since the
-        epoch, UTC) are ``scheduled``, the rest ``available``; when any row
-        has a ``run_at``, rows without one run at ``now_us``. ``ids``, one per
+        ``now_us`` (microseconds since the epoch, UTC) is the insert's
+        enqueue time, read from the database (``jobs_copy_start``): rows
+        whose ``run_at_us`` is after it are ``scheduled``, the rest
+        ``available``, and rows without one run at it. ``ids``, one per
         row, supplies the job ids (``ValueError`` otherwise). NULL is ``\\N``;
         backslashes, tabs, newlines and carriage returns are escaped.
         """
 
     def copy_columns(self, with_ids: bool = False) -> list[str]:
         """The column list matching :meth:`copy_text`: ``id`` first when
-        ``with_ids``, and ``run_at`` last when any row has one."""
+        ``with_ids``; ``run_at`` always (left to its default, a volatile
+        function, it would make PostgreSQL write the rows one by one)."""
 
     def available_queues(self, now_us: int) -> list[str]:
         """The queues, sorted and without repeats, that receive a job
         available at ``now_us`` (microseconds since the epoch): those to
         notify."""
+
+    def backdated_lanes(self, now_us: int) -> tuple[list[str], list[int], list[int]]:
+        """The lanes (queue, priority) receiving a job available at
+        ``now_us`` whose own ``run_at`` is before it, with the earliest such
+        ``run_at`` of each (microseconds), as three aligned lists sorted by
+        lane: their hints must be lowered (``jobs_lower_lanes``)."""
 
 @final
 class Dispatcher:

@@ -35,7 +35,6 @@ from awa.inserts import (
     add_job,
     add_jobs,
     check_option_names,
-    now_us,
 )
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
@@ -593,7 +592,8 @@ class AsyncClient:
 
         Use :meth:`enqueue_many_copy` when you only need the count: it skips
         reading the rows back. Whether a job with ``run_at`` starts
-        ``available`` or ``scheduled`` is decided by this machine's clock.
+        ``available`` or ``scheduled`` is decided by the database's clock, as
+        for :meth:`insert`.
         """
         check_caller_connection(connection)
         rows, decoders = self._rows(jobs, opts, options, copy=True)
@@ -603,8 +603,7 @@ class AsyncClient:
 
         async def write(conn: asyncpg.Connection) -> list[Job[Any]]:
             await db.require_schema(conn)
-            ids: list[int] = await db.fetchval("jobs_reserve_ids", len(rows), connection=conn)
-            await self._copy(db, conn, rows, ids)
+            ids = await self._copy(db, conn, rows, with_ids=True)
             records = await db.fetch("jobs_by_id_range", ids[0], ids[-1], connection=conn)
             if len(records) != len(ids):
                 # Other sessions took ids inside the range while these were reserved.
@@ -632,19 +631,36 @@ class AsyncClient:
 
         async def write(conn: asyncpg.Connection) -> int:
             await db.require_schema(conn)
-            await self._copy(db, conn, rows, None)
+            await self._copy(db, conn, rows, with_ids=False)
             return len(rows)
 
         return await self._in_transaction(db, connection, write)
 
+    @staticmethod
     async def _copy(
-        self, db: Database, conn: asyncpg.Connection, rows: Any, ids: list[int] | None
-    ) -> None:
-        now = now_us()
-        await db.copy_jobs(conn, rows.copy_columns(ids is not None), rows.copy_text(now, ids))
-        queues = rows.available_queues(now)
+        db: Database, conn: asyncpg.Connection, rows: Any, *, with_ids: bool
+    ) -> list[int]:
+        """COPYs the rows inside the caller's transaction; returns the ids it
+        reserved for them (``with_ids``), in order.
+
+        The enqueue time is read first, after the transaction has an id, as
+        ``jobs_insert`` reads it: jobs without a ``run_at`` of their own get
+        it, and a job available at once but keyed before it lowers its lane
+        (docs/storage.md, Lanes)."""
+        start = await db.fetchrow("jobs_copy_start", len(rows) if with_ids else 0, connection=conn)
+        enqueued_us, ids = start["enqueued_us"], start["ids"]
+        await db.copy_jobs(
+            conn,
+            rows.copy_columns(with_ids),
+            rows.copy_text(enqueued_us, ids if with_ids else None),
+        )
+        queues, priorities, run_ats = rows.backdated_lanes(enqueued_us)
         if queues:
-            await db.fetchval("jobs_notify_queues", queues, connection=conn)
+            await db.fetchval("jobs_lower_lanes", queues, priorities, run_ats, connection=conn)
+        woken = rows.available_queues(enqueued_us)
+        if woken:
+            await db.fetchval("jobs_notify_queues", woken, connection=conn)
+        return list(ids)
 
     @staticmethod
     async def _in_transaction(

@@ -67,6 +67,12 @@ class WorkerConfig:
     heartbeat_staleness: float = 30.0
     #: How often the maintenance leader looks for orphaned claims.
     rescue_interval: float = 5.0
+    #: How often the maintenance leader sweeps each lane (queue and
+    #: priority) for jobs a claim that rolled back left behind its hint.
+    sweep_interval: float = 1.0
+    #: How often that sweep starts again from each lane's beginning, as a
+    #: last net (docs/storage.md, Lanes).
+    full_sweep_interval: float = 3600.0
     #: How often the maintenance leader promotes due scheduled/retryable jobs (at most).
     promote_interval: float = 1.0
     #: Promote at most this many jobs per statement.

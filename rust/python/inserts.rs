@@ -280,6 +280,20 @@ impl InsertRows {
     fn available_queues(&self, now_us: i64) -> Vec<String> {
         self.batch.available_queues(now_us)
     }
+
+    /// Lanes given jobs available at `now_us` but keyed before it: their
+    /// queues, priorities and earliest `run_at` (microseconds), aligned.
+    fn backdated_lanes(&self, now_us: i64) -> (Vec<String>, Vec<i16>, Vec<i64>) {
+        let mut queues = Vec::new();
+        let mut priorities = Vec::new();
+        let mut run_ats = Vec::new();
+        for (queue, priority, run_at_us) in self.batch.backdated_lanes(now_us) {
+            queues.push(queue);
+            priorities.push(priority);
+            run_ats.push(run_at_us);
+        }
+        (queues, priorities, run_ats)
+    }
 }
 
 impl InsertRows {

@@ -1,12 +1,13 @@
-"""Indexes on awa.jobs and the columns claims and outcomes write (migration
-0012): an update is HOT only if it changes no column some index reads, in
-its key or its predicate."""
+"""Indexes on awa.jobs and the columns claims and outcomes write (migrations
+0012 and 0014): an update is HOT only if it changes no column some index
+reads, in its key or its predicate."""
 
 from __future__ import annotations
 
 import datetime
 
 from awa import sql
+from tests.support import table_counters
 
 Q = sql.query
 
@@ -15,14 +16,6 @@ HOT_PATH_COLUMNS = {
     "state", "attempt", "run_lease", "attempted_at", "worker_id",
     "attempt_deadline_at", "finalized_at",
 }  # fmt: skip
-
-# Indexes that still read a hot-path column, until the claim moves to lane
-# hints (docs/storage.md, "The order of work"). The list only shrinks.
-NOT_YET_MOVED = {
-    "jobs_claim_idx": {"state"},
-    "jobs_running_idx": {"state", "worker_id"},
-    "jobs_attempt_deadline_idx": {"state", "attempt_deadline_at"},
-}
 
 INDEX_COLUMNS_SQL = """
 SELECT c.relname AS index, a.attname AS column
@@ -33,15 +26,40 @@ WHERE d.classid = 'pg_class'::regclass AND d.refobjid = 'awa.jobs'::regclass
   AND d.refobjsubid > 0"""
 
 
-async def test_no_index_but_those_not_yet_moved_reads_a_column_the_hot_path_writes(conn):
+async def test_no_index_reads_a_column_the_hot_path_writes(conn):
     read: dict[str, set[str]] = {}
     for row in await conn.fetch(INDEX_COLUMNS_SQL):
         read.setdefault(row["index"], set()).add(row["column"])
     # The query sees key and predicate columns alike.
     assert read["jobs_unique_key_idx"] == {"unique_key"}
     assert read["jobs_dead_letter_idx"] == {"id", "failure_reason"}
+    assert read["jobs_lane_idx"] == {"queue", "priority", "run_at", "id"}
     hot = {index: columns & HOT_PATH_COLUMNS for index, columns in read.items()}
-    assert {index: columns for index, columns in hot.items() if columns} == NOT_YET_MOVED
+    assert {index: columns for index, columns in hot.items() if columns} == {}
+
+
+async def test_claims_and_outcomes_are_hot_updates(conn):
+    await conn.execute(
+        "INSERT INTO awa.jobs (kind, queue) SELECT 'k', 'q' FROM generate_series(1, 200)"
+    )
+    before = await table_counters(conn, "jobs")
+    finished = 0
+    while finished < 200:
+        claimed = await conn.fetch(Q("jobs_claim"), ["q"], [50], 1, [], [], [None])
+        assert claimed
+        await conn.execute(
+            Q("jobs_finish_batch"),
+            [row["id"] for row in claimed],
+            [row["run_lease"] for row in claimed],
+            ["completed"] * len(claimed),
+            [None] * len(claimed),
+            [0] * len(claimed),
+            [None] * len(claimed),
+        )
+        finished += len(claimed)
+    after = await table_counters(conn, "jobs")
+    assert after["n_tup_upd"] - before["n_tup_upd"] == 400  # a claim and an outcome per job
+    assert after["n_tup_hot_upd"] - before["n_tup_hot_upd"] == 400
 
 
 async def test_a_job_failed_by_other_sql_gets_the_reason_its_failure_implies(conn):

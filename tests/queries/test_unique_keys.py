@@ -13,6 +13,7 @@ import pytest
 
 from awa import sql
 from tests.queries.test_jobs_queries import claim, finish, register_worker
+from tests.support import table_counters
 
 Q = sql.query
 
@@ -143,34 +144,26 @@ async def test_sql_of_its_own_that_would_let_a_duplicate_in_fails_on_the_key_tab
     assert await assert_table_true_to_jobs(conn) == {b"own": holder, b"back": taker}
 
 
-async def table_writes(conn: asyncpg.Connection, table: str) -> tuple[int, int]:
-    """Rows inserted into and deleted from awa.<table> in this transaction."""
-    stats = await conn.fetchrow(
-        "SELECT n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables "
-        "WHERE schemaname = 'awa' AND relname = $1",
-        table,
-    )
-    return stats["n_tup_ins"], stats["n_tup_del"]
-
-
 async def key_table_writes(conn: asyncpg.Connection) -> tuple[int, int]:
-    return await table_writes(conn, "job_unique_keys")
+    """Rows inserted into and deleted from awa.job_unique_keys so far."""
+    counters = await table_counters(conn, "job_unique_keys")
+    return counters["n_tup_ins"], counters["n_tup_del"]
 
 
 async def test_jobs_without_a_key_write_nothing_to_the_key_table(conn):
     worker = await register_worker(conn)
-    async with conn.transaction():
-        await insert(conn, *(job_input(None) for _ in range(5)))
-        claimed = await claim(conn, ["q"], [5], worker)
-        ids, leases = [r["id"] for r in claimed], [r["run_lease"] for r in claimed]
-        await finish(conn, ids, leases, ["completed"] * 5)
-        assert len(ids) == 5
-        assert await key_table_writes(conn) == (0, 0)
-        # The same life for one keyed job: one key taken, one freed.
-        await insert(conn, job_input(b"one"))
-        [row] = await claim(conn, ["q"], [1], worker)
-        await finish(conn, [row["id"]], [row["run_lease"]], ["completed"])
-        assert await key_table_writes(conn) == (1, 1)
+    start = await key_table_writes(conn)
+    await insert(conn, *(job_input(None) for _ in range(5)))
+    claimed = await claim(conn, ["q"], [5], worker)
+    ids, leases = [r["id"] for r in claimed], [r["run_lease"] for r in claimed]
+    await finish(conn, ids, leases, ["completed"] * 5)
+    assert len(ids) == 5
+    assert await key_table_writes(conn) == start
+    # The same life for one keyed job: one key taken, one freed.
+    await insert(conn, job_input(b"one"))
+    [row] = await claim(conn, ["q"], [1], worker)
+    await finish(conn, [row["id"]], [row["run_lease"]], ["completed"])
+    assert await key_table_writes(conn) == (start[0] + 1, start[1] + 1)
 
 
 @pytest.mark.parametrize("first_commits", [True, False])
@@ -207,5 +200,6 @@ async def test_no_trigger_on_jobs_runs_before_its_row(conn):
     every = await conn.fetchval(
         "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'awa.jobs'::regclass AND NOT tgisinternal"
     )
-    # 5 for unique keys, 2 for failure reasons, 4 for due jobs
-    assert (before, every) == ([], 11)
+    # 5 for unique keys, 2 for failure reasons, 4 for due jobs, 2 for lanes,
+    # 2 for running jobs recorded outside a claim
+    assert (before, every) == ([], 15)

@@ -32,6 +32,7 @@ COPY_COLUMNS = [
     "max_crashes",
     "tags",
     "metadata",
+    "run_at",
 ]
 
 
@@ -413,15 +414,30 @@ def test_copy_columns_name_the_fields_in_copy_order() -> None:
     assert rows.copy_columns(with_ids=True) == ["id", *COPY_COLUMNS]
 
 
-def test_copy_columns_add_run_at_when_any_row_has_one() -> None:
-    rows = rows_of(job(), job(run_at_us=0))
-    assert rows.copy_columns() == [*COPY_COLUMNS, "run_at"]
+def test_copy_text_gives_rows_without_a_run_at_the_enqueue_time() -> None:
+    """run_at is always sent: left to its default (a volatile function),
+    PostgreSQL would write the rows one by one."""
+    [plain, later] = copy_lines(rows_of(job(), job(run_at_us=5_000_000)), 1_000_000)
+    assert plain[9] == "1970-01-01 00:00:01.000000+00" and plain[3] == "available"
+    assert later[9] == "1970-01-01 00:00:05.000000+00" and later[3] == "scheduled"
 
 
 def test_copy_text_writes_nulls_as_backslash_n() -> None:
     assert rows_of(job()).copy_text(0) == (
-        b'send_email\temail\t{"to":"a@b.c"}\tavailable\t2\t25\t\\N\t\\N\t\\N\n'
+        b'send_email\temail\t{"to":"a@b.c"}\tavailable\t2\t25\t\\N\t\\N\t\\N'
+        b"\t1970-01-01 00:00:00.000000+00\n"
     )
+
+
+def test_backdated_lanes_are_those_given_available_jobs_keyed_before_the_enqueue_time() -> None:
+    rows = rows_of(
+        job(queue="a", run_at_us=500),
+        job(queue="a", run_at_us=300),
+        job(queue="a", priority=1, run_at_us=900),
+        job(queue="b"),
+        job(queue="b", run_at_us=2_000),
+    )
+    assert rows.backdated_lanes(1_000) == (["a", "a"], [1, 2], [900, 300])
 
 
 def test_copy_text_escapes_backslashes_tabs_and_newlines() -> None:

@@ -2,7 +2,9 @@
 
 Overview: runs on the maintenance leader every ``rescue_interval``. A
 running job is orphaned when its worker's row is gone or has not
-heartbeated for ``heartbeat_staleness``. The Rust core decides each
+heartbeated for ``heartbeat_staleness``; running jobs are found through
+the claims that took them (``awa.claims``, one row per claim, deleted by
+each pass once all its jobs left ``running``). The Rust core decides each
 orphan's fate: one more crash, counted apart from failures; back to
 ``retryable`` after a backoff on the crash count, or ``failed`` with
 reason ``crash_loop`` once ``max_crashes`` is spent. The update is guarded
@@ -56,6 +58,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa.rescuer")
 
 RESCUE_BATCH_SIZE: Final = 1000
+# Claims younger than this are not looked at (their jobs are most likely
+# still running), and at most this many are deleted per statement.
+CLAIM_MIN_AGE_S: Final = 1.0
+FORGET_BATCH_SIZE: Final = 10_000
 # How often the deadline pass scans from the earliest deadline again (see
 # Rescuer._expire_deadlines).
 FULL_DEADLINE_SCAN_S: Final = 600.0
@@ -129,10 +135,21 @@ class Rescuer:
             if len(orphans) < RESCUE_BATCH_SIZE:
                 break
         await self._db.execute("workers_delete_stale", self._staleness_s)
+        await self._forget_finished_claims()
         rescued += await self._expire_callbacks()
         rescued += await self._expire_deadlines()
         self.rescued += rescued
         return rescued
+
+    async def _forget_finished_claims(self) -> None:
+        """Deletes claims (``awa.claims``) whose jobs all left ``running``:
+        the running set this pass reads stays the size of what is in flight."""
+        while True:
+            forgotten = await self._db.fetchval(
+                "claims_forget_finished", CLAIM_MIN_AGE_S, FORGET_BATCH_SIZE
+            )
+            if forgotten < FORGET_BATCH_SIZE:
+                return
 
     async def _expire_callbacks(self) -> int:
         """Parked jobs past their callback deadline: retryable while attempts

@@ -35,6 +35,7 @@ from awa.maintenance.leader import Leader
 from awa.maintenance.pruner import Pruner
 from awa.maintenance.rescuer import Rescuer
 from awa.maintenance.scheduler import Scheduler
+from awa.maintenance.sweeper import Sweeper
 from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
@@ -187,6 +188,7 @@ class Worker:
             config.dead_letter_retention,
             config.dead_letter_retention_by_queue,
         )
+        self.sweeper = Sweeper(db, config.sweep_interval, config.full_sweep_interval)
         return Leader(
             db,
             worker_id,
@@ -194,6 +196,7 @@ class Worker:
                 ("scheduler", lambda: self.scheduler.run(health)),
                 ("rescuer", lambda: self.rescuer.run(health)),
                 ("pruner", lambda: self.pruner.run(health)),
+                ("sweeper", lambda: self.sweeper.run(health)),
             ],
             health,
             election_interval_s=config.leader_election_interval,

@@ -8,17 +8,23 @@
 -- name: jobs_insert
 -- Inserts the client's jobs ($1: a JSON array of awa.job_input objects,
 -- InsertRows.json_rows; one job is an array of one) in one statement, and
--- wakes each queue that received available jobs once. A job is available at
--- once unless its run_at is in the future. Jobs whose unique key is already
--- held are skipped: each keyed job takes its key first (the first insert
--- wins; jobs_unique_holder names the holder), and only the jobs that got
--- theirs are written. Ids are drawn in input order. Returns the jobs
--- written, by id.
-WITH input AS (
+-- wakes each queue that received available jobs once. Jobs without a run_at
+-- of their own run at the enqueue time (awa.enqueue_time_v1: read after this
+-- transaction has an id, see docs/storage.md, Lanes); a job is available at
+-- once unless its run_at is later. An available job keyed before the
+-- enqueue time lowers its lane. Jobs whose unique key is already held are
+-- skipped: each keyed job takes its key first (the first insert wins;
+-- jobs_unique_holder names the holder), and only the jobs that got theirs
+-- are written. Ids are drawn in input order. Returns the jobs written, by
+-- id.
+WITH enqueued AS MATERIALIZED (
+    SELECT awa.enqueue_time_v1() AS at
+), input AS (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
-           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, now()) AS run_at,
-           r.tags, r.metadata, r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
-    FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
+           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
+           r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
+           r.unique_states, r.timeout_ms, r.deadline_at
+    FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     -- In key order, so two inserts never wait on each other crosswise.
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -31,21 +37,26 @@ WITH input AS (
                           run_at, tags, metadata, unique_key, unique_states,
                           timeout_ms, deadline_at)
     SELECT id, kind, queue, args,
-           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
+           CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags, metadata,
+           priority, max_attempts, max_crashes, input.run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at
-    FROM input
+    FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
               args, tags, metadata, errors, callback_id, callback_timeout_at
+), lowered AS (
+    SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
+    FROM inserted JOIN input USING (id)
+    WHERE inserted.state = 'available' AND input.backdated
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-SELECT inserted.*, (SELECT count(*) FROM notified) AS notified
+SELECT inserted.*, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM lowered) AS lowered
 FROM inserted
 ORDER BY id;
 
@@ -56,11 +67,14 @@ ORDER BY id;
 -- inserted (InsertRows.written turns them into the positions written) and
 -- how many queues it woke. The rows come as in jobs_insert. Keys are taken
 -- in key order, so two flushes never wait on each other crosswise.
-WITH input AS (
+WITH enqueued AS MATERIALIZED (
+    SELECT awa.enqueue_time_v1() AS at
+), input AS (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
-           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, now()) AS run_at,
-           r.tags, r.metadata, r.unique_key, r.unique_states, r.timeout_ms, r.deadline_at
-    FROM jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
+           r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
+           r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
+           r.unique_states, r.timeout_ms, r.deadline_at
+    FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
     SELECT unique_key, id FROM input WHERE unique_key IS NOT NULL
@@ -72,29 +86,48 @@ WITH input AS (
                           run_at, tags, metadata, unique_key, unique_states,
                           timeout_ms, deadline_at)
     SELECT id, kind, queue, args,
-           CASE WHEN run_at <= now() THEN 'available'::awa.job_state
+           CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
-           priority, max_attempts, max_crashes, run_at, tags, metadata,
+           priority, max_attempts, max_crashes, input.run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at
-    FROM input
+    FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
-    RETURNING queue, state
+    RETURNING id, queue, priority, run_at, state
+), lowered AS (
+    SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
+    FROM inserted JOIN input USING (id)
+    WHERE inserted.state = 'available' AND input.backdated
 ), notified AS (
     SELECT pg_notify('awa_available', queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
 SELECT (SELECT array_agg(unique_key) FROM keys) AS inserted_keys,
-       (SELECT count(*) FROM notified) AS notified;
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM lowered) AS lowered;
 
 -- name: jobs_unique_holder
 -- The job that holds a unique key in one of its states, if any.
 SELECT job_id AS id FROM awa.job_unique_keys WHERE unique_key = $1;
 
--- name: jobs_reserve_ids
--- Allocates ids for a COPY that must return its jobs, as one array in
--- ascending order (one value to decode, not a row per id).
-SELECT array(SELECT nextval('awa.jobs_id_seq') FROM generate_series(1, $1::integer)) AS ids;
+-- name: jobs_copy_start
+-- Starts a COPY, in its transaction: the enqueue time of its jobs (as
+-- jobs_insert's; microseconds since the epoch), and for a COPY that must
+-- return its jobs $1 ids, as one array in ascending order (one value to
+-- decode, not a row per id).
+SELECT (extract(epoch FROM enqueued.at) * 1000000)::bigint AS enqueued_us,
+       array(SELECT nextval('awa.jobs_id_seq') FROM generate_series(1, $1::integer)) AS ids
+FROM (SELECT awa.enqueue_time_v1() AS at) AS enqueued;
+
+-- name: jobs_lower_lanes
+-- Lowers the lanes a COPY gave available jobs keyed before its enqueue time
+-- ($1 queues, $2 priorities, $3 the earliest such run_at of each, in
+-- microseconds since the epoch; InsertRows.backdated_lanes).
+SELECT count(*) AS lowered
+FROM (SELECT awa.lower_lane_v1(l.queue, l.priority,
+                               'epoch'::timestamptz + l.run_at_us * interval '1 microsecond', 0)
+      FROM unnest($1::text[], $2::smallint[], $3::bigint[]) AS l(queue, priority, run_at_us)
+     ) AS lowered;
 
 -- name: jobs_notify_queues
 -- Wakes idle workers of these queues (after a COPY, which cannot notify).
@@ -176,57 +209,13 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
 SELECT set_config('enable_seqscan', 'off', false);
 
 -- name: jobs_claim
--- Claims up to N available jobs from each named queue for one worker,
--- most urgent first (priority, then run_at, then id), skipping rows other
--- workers hold. Starting an attempt bumps attempt and run_lease, and sets
--- its deadline from the timeout of its kind ($4 kinds, $5 seconds), else of
--- its queue ($6, aligned with $1; NULL: none). Returns the job's columns
--- and then attempt_deadline_at.
-WITH wanted AS (
-    SELECT name, count, timeout_s
-    FROM unnest($1::text[], $2::integer[], $6::float8[]) AS w(name, count, timeout_s)
-), quick_commit AS (
-    -- This statement's own transaction commits without waiting for the WAL
-    -- flush (see awa/worker/producer.py); the session keeps its setting.
-    SELECT set_config('synchronous_commit', 'off', true) AS setting
-), kind_timeouts AS (
-    SELECT kind, timeout_s FROM unnest($4::text[], $5::float8[]) AS k(kind, timeout_s)
-), picked AS (
-    SELECT job.id
-    FROM wanted
-    CROSS JOIN LATERAL (
-        SELECT id FROM awa.jobs
-        WHERE state = 'available' AND queue = wanted.name
-          AND (deadline_at IS NULL OR deadline_at > now())  -- maintenance fails the rest
-        ORDER BY priority, run_at, id
-        LIMIT wanted.count
-        FOR UPDATE SKIP LOCKED
-    ) AS job
-)
-UPDATE awa.jobs AS jobs
-SET state = 'running',
-    attempt = jobs.attempt + 1,
-    -- Above any lease handed out before the server last started (see
-    -- awa.run_lease_floor): a claim a crash forgot is never repeated.
-    run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
-    attempted_at = now(),
-    worker_id = $3,
-    -- The job's own timeout, else its kind's, else its queue's; never past
-    -- the job's overall deadline (least ignores NULLs).
-    attempt_deadline_at = least(
-        now() + coalesce(
-            jobs.timeout_ms / 1000.0,
-            (SELECT timeout_s FROM kind_timeouts WHERE kind_timeouts.kind = jobs.kind),
-            (SELECT timeout_s FROM wanted WHERE wanted.name = jobs.queue)
-        ) * interval '1 second',
-        jobs.deadline_at)
-WHERE jobs.id = ANY (ARRAY(SELECT id FROM picked))
-  AND (SELECT setting FROM quick_commit) = 'off'
-RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
-          jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
-          jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
-          jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at, jobs.attempt_deadline_at;
+-- Claims up to N available jobs from each named queue for one worker, most
+-- urgent first, each lane from its hint (awa.claim_v1 says how): $1 queues,
+-- $2 counts, $3 the worker, $4/$5 attempt timeouts by kind, $6 by queue
+-- (aligned with $1; NULL: none). Returns the job's columns and then
+-- attempt_deadline_at.
+SELECT * FROM awa.claim_v1($1::text[], $2::integer[], $3::bigint, $4::text[], $5::float8[],
+                           $6::float8[]);
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
@@ -286,9 +275,10 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[],
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
-  -- Compared as text on purpose: jobs_running_idx must not drive this join.
-  -- Its row estimate is often stale (tiny), and a plan that scans it as the
-  -- outer side re-reads the whole batch for every running job.
+  -- Compared as text on purpose: no partial index on state may ever drive
+  -- this join (jobs_running_idx did, before migration 0014: its row estimate
+  -- was often stale, and a plan that scanned it re-read the whole batch for
+  -- every running job).
   AND jobs.state::text = 'running';
 
 -- name: jobs_finish_batch_observed
@@ -323,9 +313,10 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::float8[], $5::integer[],
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
-  -- Compared as text on purpose: jobs_running_idx must not drive this join.
-  -- Its row estimate is often stale (tiny), and a plan that scans it as the
-  -- outer side re-reads the whole batch for every running job.
+  -- Compared as text on purpose: no partial index on state may ever drive
+  -- this join (jobs_running_idx did, before migration 0014: its row estimate
+  -- was often stale, and a plan that scanned it re-read the whole batch for
+  -- every running job).
   AND jobs.state::text = 'running'
 RETURNING jobs.id, jobs.state::text AS state, jobs.attempt,
           CASE WHEN outcome.delay_s IS NOT NULL THEN jobs.run_at END AS run_at,
@@ -534,11 +525,19 @@ WHERE deadline_at >= $1::timestamptz AND deadline_at <= now()
 
 -- name: jobs_attempts_expired
 -- Running attempts more than $1 seconds past their deadline: their worker
--- (which cancels a handler at the deadline) hung or died.
-SELECT id, run_lease, attempt, max_attempts, crashes
-FROM awa.jobs
-WHERE state = 'running' AND attempt_deadline_at < now() - $1::float8 * interval '1 second'
-ORDER BY attempt_deadline_at
+-- (which cancels a handler at its deadline) hung or died. Found through the
+-- claims whose earliest deadline has passed.
+WITH due AS (
+    SELECT DISTINCT unnest(claims.job_ids) AS id, claims.worker_id
+    FROM awa.claims
+    WHERE claims.deadline_at < now() - $1::float8 * interval '1 second'
+)
+SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes
+FROM due
+JOIN awa.jobs AS jobs ON jobs.id = due.id
+WHERE jobs.state = 'running' AND jobs.worker_id IS NOT DISTINCT FROM due.worker_id
+  AND jobs.attempt_deadline_at < now() - $1::float8 * interval '1 second'
+ORDER BY jobs.attempt_deadline_at
 LIMIT $2;
 
 -- name: jobs_rescue
@@ -837,21 +836,27 @@ FROM awa.job_due
 WHERE run_at < 'infinity';  -- jobs held by quarantine are never due
 
 -- name: jobs_orphaned
--- Running jobs whose worker is gone or has not heartbeated for $1 seconds.
--- Attempts more than $1 seconds past their deadline belong to
--- jobs_attempts_expired (a timed-out attempt, not a crash): the two sets are
--- disjoint, so one that crosses its deadline during a pass is rescued by the
--- next pass's deadline step, never as a crash.
+-- Running jobs whose worker is gone or has not heartbeated for $1 seconds,
+-- found through the claims that took them (awa.claims). Attempts more than
+-- $1 seconds past their deadline belong to jobs_attempts_expired (a
+-- timed-out attempt, not a crash): the two sets are disjoint, so one that
+-- crosses its deadline during a pass is rescued by the next pass's deadline
+-- step, never as a crash.
+WITH orphaned AS (
+    SELECT DISTINCT unnest(claims.job_ids) AS id, claims.worker_id
+    FROM awa.claims
+    WHERE NOT EXISTS (
+        SELECT 1 FROM awa.workers
+        WHERE workers.id = claims.worker_id
+          AND workers.heartbeat_at > now() - $1::float8 * interval '1 second'
+    )
+)
 SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes
-FROM awa.jobs AS jobs
-WHERE jobs.state = 'running'
+FROM orphaned
+JOIN awa.jobs AS jobs ON jobs.id = orphaned.id
+WHERE jobs.state = 'running' AND jobs.worker_id IS NOT DISTINCT FROM orphaned.worker_id
   AND (jobs.attempt_deadline_at IS NULL
        OR jobs.attempt_deadline_at >= now() - $1::float8 * interval '1 second')
-  AND NOT EXISTS (
-      SELECT 1 FROM awa.workers
-      WHERE workers.id = jobs.worker_id
-        AND workers.heartbeat_at > now() - $1::float8 * interval '1 second'
-  )
 ORDER BY jobs.id
 LIMIT $2;
 
@@ -864,6 +869,9 @@ GROUP BY kind, state
 ORDER BY kind, state;
 
 -- name: jobs_running_on_worker
--- The jobs the database says worker $1 is running (the reconciler gives
--- back those the worker does not hold).
-SELECT id, run_lease FROM awa.jobs WHERE worker_id = $1 AND state = 'running';
+-- The jobs the database says worker $1 is running, found through its claims
+-- (the reconciler gives back those the worker does not hold).
+SELECT DISTINCT jobs.id, jobs.run_lease
+FROM awa.claims
+JOIN awa.jobs AS jobs ON jobs.id = ANY (claims.job_ids)
+WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';

@@ -17,11 +17,15 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = now();
 DELETE FROM awa.workers WHERE id = $1;
 
 -- name: workers_delete_stale
--- Removes workers silent for $1 seconds that hold no running job any more.
+-- Removes workers silent for $1 seconds that hold no running job any more
+-- (by their claims, awa.claims).
 DELETE FROM awa.workers AS workers
 WHERE heartbeat_at <= now() - $1::float8 * interval '1 second'
   AND NOT EXISTS (
-      SELECT 1 FROM awa.jobs WHERE jobs.state = 'running' AND jobs.worker_id = workers.id
+      SELECT 1 FROM awa.claims
+      JOIN awa.jobs ON jobs.id = ANY (claims.job_ids)
+      WHERE claims.worker_id = workers.id
+        AND jobs.state = 'running' AND jobs.worker_id = workers.id
   );
 
 -- name: workers_server

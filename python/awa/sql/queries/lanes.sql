@@ -1,0 +1,24 @@
+-- awa.lanes and their moves: where claims start in each queue and priority
+-- (migration 0014, docs/storage.md, Lanes).
+
+-- name: lanes_list
+-- Every lane's id, queue and priority.
+SELECT id, queue, priority FROM awa.lanes ORDER BY id;
+
+-- name: lanes_sweep
+-- Sweeps lane $1 for jobs a rolled-back claim left behind its hint (walking
+-- at most $3 jobs; from the lane's start when $2), and deletes its older
+-- moves (awa.sweep_lane_v1). Whether it found such a job.
+SELECT awa.sweep_lane_v1($1::integer, $2::boolean, $3::integer) AS left_behind;
+
+-- name: lanes_state
+-- Each lane's newest move: its hint, how far the sweep has looked, its
+-- generation and the transactions it has noted (for tests and operators).
+SELECT DISTINCT ON (lanes.id)
+       lanes.id, lanes.queue, lanes.priority, moves.seq, moves.hint_run_at, moves.hint_id,
+       moves.swept_run_at, moves.swept_id, moves.gen, moves.note_xid,
+       (SELECT count(*) FROM awa.lane_lowerings WHERE lane_lowerings.lane_id = lanes.id)
+           AS lowerings
+FROM awa.lanes
+JOIN awa.lane_moves AS moves ON moves.lane_id = lanes.id
+ORDER BY lanes.id, moves.seq DESC;
