@@ -136,7 +136,8 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A direct connection for arranging and asserting, on a clean schema."""
     connection = await asyncpg.connect(database_url)
     await connection.execute(
-        "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders RESTART IDENTITY"
+        "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders, awa.lanes, awa.lane_moves, "
+        "awa.lane_lowerings, awa.claims RESTART IDENTITY"
     )
     try:
         yield connection

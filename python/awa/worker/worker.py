@@ -68,6 +68,9 @@ class Worker:
         hostname, pid = socket.gethostname(), os.getpid()
         worker_id = await self.db.fetchval("workers_register", hostname, pid, queue_names)
         self.worker_id = worker_id
+        # In a transaction of its own: a claim that opened them would hold
+        # the new lanes, and every other claimer of the queue, until it commits.
+        await self.db.fetchval("lanes_open", queue_names)
         loop = asyncio.get_running_loop()
 
         def on_unhealthy(reason: str) -> None:  # from whichever thread noticed

@@ -22,3 +22,11 @@ SELECT DISTINCT ON (lanes.id)
 FROM awa.lanes
 JOIN awa.lane_moves AS moves ON moves.lane_id = lanes.id
 ORDER BY lanes.id, moves.seq DESC;
+
+-- name: lanes_open
+-- Opens the lanes of queues $1 that have none (all four priorities, each
+-- starting before every job); a worker does it as it starts, so its claims
+-- do not (a claim that opens lanes holds them until it commits). Returns
+-- how many lanes it made.
+SELECT coalesce(sum(awa.open_lanes_v1(queue)), 0)::integer AS opened
+FROM unnest($1::text[]) AS queue;

@@ -1,0 +1,320 @@
+"""Lanes: a claim starts from its lane's hint, and every way a job can
+become claimable behind the hint is covered (migration 0014;
+docs/storage.md, Lanes). Each test first puts the job behind the hint, then
+shows the next claim takes it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import random
+from typing import Any
+
+import asyncpg
+
+import awa
+from awa import sql
+from tests.queries.test_jobs_queries import claim, finish, register_worker
+
+Q = sql.query
+
+JOB = {"kind": "k", "queue": "q", "args": {}, "priority": 2, "max_attempts": 25}
+
+
+async def insert(conn: asyncpg.Connection, count: int = 1, **fields: Any) -> list[int]:
+    """Jobs through jobs_insert, as the client inserts them."""
+    rows = [JOB | fields for _ in range(count)]
+    return [row["id"] for row in await conn.fetch(Q("jobs_insert"), json.dumps(rows))]
+
+
+async def claim_ids(conn: asyncpg.Connection, worker: int, count: int = 100) -> list[int]:
+    return sorted(row["id"] for row in await claim(conn, ["q"], [count], worker))
+
+
+async def lane(conn: asyncpg.Connection, priority: int = 2) -> asyncpg.Record:
+    [row] = [r for r in await conn.fetch(Q("lanes_state")) if r["priority"] == priority]
+    return row
+
+
+async def key(conn: asyncpg.Connection, job_id: int) -> tuple[datetime.datetime, int]:
+    return (await conn.fetchval("SELECT run_at FROM awa.jobs WHERE id = $1", job_id), job_id)
+
+
+async def behind_hint(conn: asyncpg.Connection, job_id: int) -> bool:
+    hint = await lane(conn)
+    return await key(conn, job_id) <= (hint["hint_run_at"], hint["hint_id"])
+
+
+async def test_a_claim_moves_the_hint_to_the_last_job_it_took(conn):
+    worker = await register_worker(conn)
+    ids = await insert(conn, 10)
+    assert await claim_ids(conn, worker, 4) == ids[:4]
+    state = await lane(conn)
+    assert (state["hint_run_at"], state["hint_id"]) == await key(conn, ids[3])
+    # A claim that comes up short has taken everything visible: the hint
+    # moves to its start.
+    assert await claim_ids(conn, worker) == ids[4:]
+    assert (await lane(conn))["hint_id"] == 0
+
+
+async def test_the_first_claim_of_a_queue_opens_its_four_lanes(conn):
+    worker = await register_worker(conn)
+    await insert(conn, 1, queue="new")
+    assert [row["id"] for row in await claim(conn, ["new"], [1], worker)]
+    lanes = await conn.fetch("SELECT queue, priority FROM awa.lanes ORDER BY priority")
+    assert [(row["queue"], row["priority"]) for row in lanes] == [("new", p) for p in (1, 2, 3, 4)]
+    # Opening them again makes none.
+    assert await conn.fetchval(Q("lanes_open"), ["new", "other"]) == 4
+
+
+async def test_a_job_committed_after_the_hint_passed_it_is_claimed_next(conn, database_url):
+    worker = await register_worker(conn)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            [late] = await insert(writer, 1)
+            later = await insert(conn, 5)
+            assert await claim_ids(conn, worker) == later
+            # The hint has passed the open transaction's job; that
+            # transaction was noted.
+            assert (await lane(conn))["note_xid"]
+        assert await behind_hint(conn, late)
+        assert await claim_ids(conn, worker) == [late]
+    finally:
+        await writer.close()
+
+
+async def test_a_transaction_that_reads_first_keys_its_jobs_when_it_writes(conn, database_url):
+    worker = await register_worker(conn)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await writer.fetchval("SELECT count(*) FROM awa.jobs")  # no transaction id yet
+            await insert(conn, 3)
+            assert len(await claim_ids(conn, worker)) == 3
+            [late] = await insert(writer, 1)
+        assert await claim_ids(conn, worker) == [late]
+    finally:
+        await writer.close()
+
+
+async def test_a_job_keyed_at_its_transactions_start_lowers_its_lane(conn, database_url):
+    """Other SQL that sets run_at to now() keys the job at its transaction's
+    start, which a claim may have passed meanwhile."""
+    worker = await register_worker(conn)
+    writer = await asyncpg.connect(database_url)
+    try:
+        async with writer.transaction():
+            await writer.fetchval("SELECT 1")
+            await insert(conn, 3)
+            assert len(await claim_ids(conn, worker)) == 3
+            late = await writer.fetchval(
+                "INSERT INTO awa.jobs (kind, queue, run_at) VALUES ('k', 'q', now()) RETURNING id"
+            )
+        assert await behind_hint(conn, late)
+        assert await claim_ids(conn, worker) == [late]
+        assert (await lane(conn))["lowerings"] == 0  # the claim used it up
+    finally:
+        await writer.close()
+
+
+async def test_a_backdated_insert_lowers_its_lane(conn):
+    worker = await register_worker(conn)
+    await insert(conn, 3)
+    assert len(await claim_ids(conn, worker)) == 3
+    an_hour_ago = await conn.fetchval("SELECT now() - interval '1 hour'")
+    [old] = await insert(conn, 1, run_at=an_hour_ago.isoformat())
+    assert await behind_hint(conn, old)
+    assert await claim_ids(conn, worker) == [old]
+
+
+async def test_a_backdated_copy_lowers_its_lanes(conn, database_url):
+    worker = await register_worker(conn)
+    await insert(conn, 3)
+    assert len(await claim_ids(conn, worker)) == 3
+    an_hour_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    async with awa.AsyncClient(database_url) as client:
+        client.task(dict, kind="k", queue="q")(lambda job: None)
+        jobs = await client.insert_many_copy([{}, {}], kind="k", queue="q", run_at=an_hour_ago)
+    assert all([await behind_hint(conn, job.id) for job in jobs])
+    assert await claim_ids(conn, worker) == [job.id for job in jobs]
+
+
+async def test_jobs_made_claimable_again_behind_the_hint_are_claimed(conn):
+    """Promotion, a release, a redrive, a resolved callback, an operator's
+    UPDATE: each makes a job claimable with a key the hint may have passed."""
+    worker = await register_worker(conn)
+    [due, done] = await insert(conn, 2)
+    assert await claim_ids(conn, worker) == [due, done]
+    await conn.execute(
+        "UPDATE awa.jobs SET state = 'retryable', run_at = now() - interval '1 minute' "
+        "WHERE id = $1",
+        due,
+    )
+    await conn.execute("UPDATE awa.jobs SET state = 'completed' WHERE id = $1", done)
+    await insert(conn, 2)
+    assert len(await claim_ids(conn, worker)) == 2
+    assert (await conn.fetchrow(Q("jobs_promote_due"), 100))["promoted"] == 1
+    await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", done)
+    assert await behind_hint(conn, due) and await behind_hint(conn, done)
+    assert await claim_ids(conn, worker) == [due, done]
+
+
+async def test_the_sweep_finds_a_job_nothing_else_told_of(conn):
+    """A job made available with the triggers off (as a claim that rolls
+    back leaves its jobs) waits only for the sweep."""
+    worker = await register_worker(conn)
+    [lost] = await insert(conn, 1)
+    await insert(conn, 2)
+    assert len(await claim_ids(conn, worker)) == 3
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", lost)
+    assert await behind_hint(conn, lost)
+    assert await claim_ids(conn, worker) == []
+    state = await lane(conn)
+    assert await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
+    assert await claim_ids(conn, worker) == [lost]
+    # The sweep went as far as the job it found, and deleted older moves.
+    state = await lane(conn)
+    assert (state["swept_run_at"], state["swept_id"] + 1) == await key(conn, lost)
+    assert (
+        await conn.fetchval("SELECT count(*) FROM awa.lane_moves WHERE lane_id = $1", state["id"])
+        <= 2
+    )
+
+
+async def test_the_sweep_walks_in_steps_and_passes_what_is_not_available(conn):
+    worker = await register_worker(conn)
+    await insert(conn, 30)
+    assert len(await claim_ids(conn, worker)) == 30
+    state = await lane(conn)
+    assert not await conn.fetchval(Q("lanes_sweep"), state["id"], True, 10)
+    assert (await lane(conn))["swept_id"] == 10
+    assert not await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
+    swept = await lane(conn)
+    assert (swept["swept_run_at"], swept["swept_id"]) == (swept["hint_run_at"], swept["hint_id"])
+
+
+async def test_the_sweep_starts_over_when_the_clock_went_back(conn):
+    """A move records the movers' highest clock; a clock behind it by more
+    than a second means new jobs may be keyed behind the hint."""
+    worker = await register_worker(conn)
+    [lost] = await insert(conn, 1)
+    await insert(conn, 2)
+    assert len(await claim_ids(conn, worker)) == 3
+    state = await lane(conn)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", lost)
+    # Swept up to the hint, by a clock an hour ahead of the server's now.
+    await conn.execute(
+        "UPDATE awa.lane_moves SET swept_run_at = hint_run_at, swept_id = hint_id, "
+        "clock = clock + interval '1 hour' WHERE lane_id = $1",
+        state["id"],
+    )
+    assert await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
+    assert await claim_ids(conn, worker) == [lost]
+
+
+async def test_a_claim_that_rolled_back_leaves_its_jobs_to_a_later_claim(conn, database_url):
+    worker = await register_worker(conn)
+    assert await conn.fetchval(Q("lanes_open"), ["q"]) == 4
+    await insert(conn, 3)
+    rolled_back, blocker = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+    try:
+        first = rolled_back.transaction()
+        await first.start()
+        # Another session holds the lane: the first claim locks its jobs but
+        # cannot move the hint.
+        async with blocker.transaction():
+            await blocker.execute("SELECT FROM awa.lanes WHERE priority = 2 FOR UPDATE")
+            held = await claim_ids(rolled_back, worker)
+        assert len(held) == 3
+        after = await insert(conn, 2)
+        # This claim skips the held jobs, moves the hint past them and notes
+        # the first claim's transaction.
+        assert await claim_ids(conn, worker) == after
+        assert all([await behind_hint(conn, job) for job in held])
+        await first.rollback()
+        assert await claim_ids(conn, worker) == held
+    finally:
+        await rolled_back.close()
+        await blocker.close()
+
+
+async def test_each_claim_records_its_jobs_until_none_is_running(conn):
+    worker = await register_worker(conn)
+    ids = await insert(conn, 3)
+    claimed = await claim(conn, ["q"], [3], worker)
+    [record] = await conn.fetch("SELECT worker_id, job_ids FROM awa.claims")
+    assert (record["worker_id"], sorted(record["job_ids"])) == (worker, ids)
+    assert await conn.fetchval(Q("claims_forget_finished"), 0.0, 100) == 0
+    running = await conn.fetch(Q("jobs_running_on_worker"), worker)
+    assert sorted(row["id"] for row in running) == ids
+    await finish(
+        conn, [r["id"] for r in claimed], [r["run_lease"] for r in claimed], ["completed"] * 3
+    )
+    assert await conn.fetchval(Q("claims_forget_finished"), 0.0, 100) == 1
+    assert await conn.fetch(Q("jobs_running_on_worker"), worker) == []
+
+
+async def test_a_job_made_running_by_other_sql_is_recorded(conn):
+    [job] = await insert(conn, 1)
+    await conn.execute("UPDATE awa.jobs SET state = 'running', worker_id = 77 WHERE id = $1", job)
+    [record] = await conn.fetch("SELECT worker_id, job_ids FROM awa.claims")
+    assert (record["worker_id"], record["job_ids"]) == (77, [job])
+    orphans = await conn.fetch(Q("jobs_orphaned"), 30.0, 100)
+    assert [row["id"] for row in orphans] == [job]
+
+
+async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
+    """Producers (some read first, some stay open a while) and claimers
+    (some roll back) for two seconds: every job is claimed exactly once,
+    with one sweep for the jobs of claims that rolled back."""
+    worker = await register_worker(conn)
+    rng = random.Random(7)
+    stop = asyncio.Event()
+    inserted: list[int] = []
+    taken: list[int] = []
+
+    async def producer() -> None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            while not stop.is_set():
+                async with connection.transaction():
+                    if rng.random() < 0.5:
+                        await connection.fetchval("SELECT 1")
+                        await asyncio.sleep(rng.random() * 0.003)
+                    inserted.extend(await insert(connection, rng.randint(1, 5)))
+                    if rng.random() < 0.3:
+                        await asyncio.sleep(rng.random() * 0.005)
+        finally:
+            await connection.close()
+
+    async def claimer() -> None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            while not stop.is_set():
+                if rng.random() < 0.05:
+                    transaction = connection.transaction()
+                    await transaction.start()
+                    await claim_ids(connection, worker, 5)
+                    await asyncio.sleep(rng.random() * 0.003)
+                    await transaction.rollback()
+                else:
+                    taken.extend(await claim_ids(connection, worker, 10))
+        finally:
+            await connection.close()
+
+    tasks = [asyncio.create_task(producer()) for _ in range(3)]
+    tasks += [asyncio.create_task(claimer()) for _ in range(3)]
+    await asyncio.sleep(2.0)
+    stop.set()
+    await asyncio.gather(*tasks)
+    await conn.fetchval(Q("lanes_sweep"), (await lane(conn))["id"], False, 1_000_000)
+    for _ in range(3):  # notes, lowerings and the sweep are each used up by one claim
+        taken.extend(await claim_ids(conn, worker, 100_000))
+    assert len(inserted) > 100
+    assert sorted(taken) == sorted(inserted)
