@@ -176,13 +176,27 @@ async def test_the_sweep_finds_a_job_nothing_else_told_of(conn):
     state = await lane(conn)
     assert await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
     assert await claim_ids(conn, worker) == [lost]
-    # The sweep went as far as the job it found, and deleted older moves.
+    # The sweep went as far as the job it found.
     state = await lane(conn)
     assert (state["swept_run_at"], state["swept_id"] + 1) == await key(conn, lost)
-    assert (
-        await conn.fetchval("SELECT count(*) FROM awa.lane_moves WHERE lane_id = $1", state["id"])
-        <= 2
-    )
+
+
+async def test_the_sweep_deletes_moves_older_than_ten_seconds_but_the_newest(conn):
+    """A claim still moves from the move it read within 5 seconds of its start
+    (see awa.claim_lanes_v1): the sweep leaves younger moves alone."""
+    worker = await register_worker(conn)
+    for _ in range(3):
+        await insert(conn, 1)
+        assert len(await claim_ids(conn, worker)) == 1
+    state = await lane(conn)
+    count = "SELECT count(*) FROM awa.lane_moves WHERE lane_id = $1"
+    moves = await conn.fetchval(count, state["id"])
+    assert moves >= 4
+    await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
+    assert await conn.fetchval(count, state["id"]) == moves + 1  # the sweep's own
+    await conn.execute("UPDATE awa.lane_moves SET made_at = made_at - interval '11 seconds'")
+    await conn.fetchval(Q("lanes_sweep"), state["id"], False, 1000)
+    assert await conn.fetchval(count, state["id"]) == 1
 
 
 async def test_the_sweep_walks_in_steps_and_passes_what_is_not_available(conn):
@@ -226,10 +240,12 @@ async def test_a_claim_that_rolled_back_leaves_its_jobs_to_a_later_claim(conn, d
     try:
         first = rolled_back.transaction()
         await first.start()
-        # Another session holds the lane: the first claim locks its jobs but
-        # cannot move the hint.
+        # Another session is moving the lane (it holds the lane's lock): the
+        # first claim locks its jobs but cannot move the hint.
         async with blocker.transaction():
-            await blocker.execute("SELECT FROM awa.lanes WHERE priority = 2 FOR UPDATE")
+            await blocker.execute(
+                "SELECT pg_advisory_xact_lock(1635216494, id) FROM awa.lanes WHERE priority = 2"
+            )
             held = await claim_ids(rolled_back, worker)
         assert len(held) == 3
         after = await insert(conn, 2)

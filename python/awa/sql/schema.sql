@@ -97,7 +97,7 @@ CREATE TABLE awa.jobs (
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
--- claim reads it from the lane's hint (see awa.claim_v1). No index of this
+-- claim reads it from the lane's hint (see awa.claim_lanes_v1). No index of this
 -- table reads a column that a claim or an outcome writes, so those updates
 -- are HOT (tests/queries/test_hot_path_indexes.py).
 CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id);
@@ -371,8 +371,7 @@ CREATE TYPE awa.job_input AS (
     deadline_at   timestamptz
 );
 
--- One row per lane, never updated: a claim that moves the lane's hint, and
--- the sweep, lock it first.
+-- Each queue at each priority: a lane. Rows are never updated.
 CREATE TABLE awa.lanes (
     id       integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue    text NOT NULL,
@@ -382,26 +381,30 @@ CREATE TABLE awa.lanes (
 
 CREATE SEQUENCE awa.lane_moves_seq;
 
--- Each lane's state, appended; the newest row (highest seq) is current.
--- hint: every job of the lane keyed at or before it is claimed, or will be
--- found again (notes, lowerings, the sweep). swept: how far the sweep has
--- looked for jobs a rolled-back claim left behind. gen: bumped by every
--- move that lowers the hint. clock: the highest clock of the movers (a
--- clock that went back is found by it). note_*: transactions in progress
--- when the hint passed, each with the hint before that move.
+-- Each lane's state, appended; the newest row (highest seq) is current, and
+-- prev_seq names the move it was made from (0: a lane's first), one move per
+-- predecessor. hint: every job of the lane keyed at or before it is claimed,
+-- or will be found again (notes, lowerings, the sweep). swept: how far the
+-- sweep has looked for jobs a rolled-back claim left behind. clock: the
+-- highest clock of the movers (a clock that went back is found by it).
+-- note_*: transactions in progress when the hint passed, each with the hint
+-- before that move. made_at: when the move was made (the sweep deletes
+-- moves older than a few seconds; see awa.claim_lanes_v1).
 CREATE TABLE awa.lane_moves (
     lane_id      integer NOT NULL,
     seq          bigint NOT NULL DEFAULT nextval('awa.lane_moves_seq'),
+    prev_seq     bigint NOT NULL,
     hint_run_at  timestamptz NOT NULL,
     hint_id      bigint NOT NULL,
     swept_run_at timestamptz NOT NULL,
     swept_id     bigint NOT NULL,
-    gen          bigint NOT NULL,
     clock        timestamptz NOT NULL,
+    made_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
     note_xid     bigint[] NOT NULL,
     note_run_at  timestamptz[] NOT NULL,
     note_id      bigint[] NOT NULL,
-    PRIMARY KEY (lane_id, seq)
+    PRIMARY KEY (lane_id, seq),
+    CONSTRAINT lane_moves_one_successor UNIQUE (lane_id, prev_seq)
 );
 
 -- Jobs made claimable at a key that may be behind their lane's hint (a
@@ -443,9 +446,9 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING id
     )
-    INSERT INTO awa.lane_moves (lane_id, hint_run_at, hint_id, swept_run_at, swept_id, gen,
+    INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at, swept_id,
                                 clock, note_xid, note_run_at, note_id)
-    SELECT id, '-infinity', 0, '-infinity', 0, 0, clock_timestamp(), '{}', '{}', '{}'
+    SELECT id, 0, '-infinity', 0, '-infinity', 0, clock_timestamp(), '{}', '{}', '{}'
     FROM opened;
     GET DIAGNOSTICS made = ROW_COUNT;
     RETURN made;
@@ -489,12 +492,13 @@ BEGIN
 END
 $$;
 
--- awa's own inserts key their jobs after their transaction id; a job
--- inserted available with an earlier run_at (back-dated, or by SQL that
--- set run_at itself) may be behind the hint.
+-- awa's own inserts key their jobs after their transaction's start (and
+-- lower their lanes themselves for a back-dated run_at); a job inserted
+-- available by other SQL with a run_at at or before its transaction's start
+-- (now(), or earlier) may be behind the hint.
 CREATE TRIGGER jobs_lower_lane_on_insert
     AFTER INSERT ON awa.jobs FOR EACH ROW
-    WHEN (NEW.state = 'available' AND NEW.run_at < statement_timestamp())
+    WHEN (NEW.state = 'available' AND NEW.run_at <= now())
     EXECUTE FUNCTION awa.job_became_claimable();
 
 CREATE TRIGGER jobs_lower_lane_on_update
@@ -532,57 +536,40 @@ CREATE TRIGGER jobs_record_running_on_update
           AND current_setting('awa.claiming', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION awa.record_running_job();
 
--- Claims up to claim_counts[i] available jobs of each queue claim_queues[i]
--- for worker claim_worker, most urgent first (priority, then run_at, then
--- id), skipping jobs other claims hold; each lane from its hint. Starting an
--- attempt bumps attempt and run_lease (above any lease handed out before
--- the server last started: awa.run_lease_floor) and sets its deadline from
--- the job's own timeout, else its kind's (timeout_kinds, kind_timeouts),
--- else its queue's (queue_timeouts, aligned with claim_queues), never past
--- the job's deadline. Records the jobs taken in awa.claims. Commits without
--- waiting for the WAL flush (see awa/worker/producer.py).
-CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
-                             timeout_kinds text[], kind_timeouts float8[],
-                             queue_timeouts float8[])
-RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
-               priority smallint, attempt integer, max_attempts smallint, crashes smallint,
-               max_crashes smallint, run_at timestamptz, created_at timestamptz,
-               attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
-               metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
-               attempt_deadline_at timestamptz)
+-- Picks up to claim_counts[i] available jobs of each queue claim_queues[i],
+-- most urgent first (priority, then run_at, then id), skipping jobs other
+-- claims hold, each lane from its hint, and moves the hints; returns the ids,
+-- locked (jobs_claim starts their attempts). Commits without waiting for the
+-- WAL flush (see awa/worker/producer.py), and marks the transaction as a
+-- claim, which records its jobs itself (awa.record_running_job).
+--
+-- A lane's hint moves only from the move this claim read: one successor
+-- per move (lane_moves_one_successor), and the lane's advisory lock taken
+-- first without waiting, so the insert never waits on another mover's
+-- either. The sweep deletes a move only once it is 10 seconds old, and a
+-- claim moves nothing once it has run 5, so the move this claim read still
+-- stands, or its successor does, when it inserts.
+CREATE FUNCTION awa.claim_lanes_v1(claim_queues text[], claim_counts integer[])
+RETURNS bigint[]
 LANGUAGE plpgsql
+-- One plan for every call, whatever the session: planned anew for each
+-- call, the statements below cost more than the claim itself.
+SET plan_cache_mode = force_generic_plan
 AS $$
-#variable_conflict use_column
 DECLARE
     me bigint;
     open_xids bigint[];
-    lease_floor bigint := awa.run_lease_floor();
-    q integer;
+    remaining integer[] := claim_counts;
     pass integer;
-    lanes_found boolean;
+    missing boolean;
     lane record;
-    want integer;
     asked integer;
-    m awa.lane_moves;
-    m2 awa.lane_moves;
-    lowering_ids bigint[];
-    lowest_run_at timestamptz;
-    ended_run_at timestamptz;
-    ended_id bigint;
-    from_run_at timestamptz;
-    from_id bigint;
-    rescanned boolean;
     picked bigint[];
     picked_run_at timestamptz[];
-    deadlines timestamptz[];
     got integer;
-    top_run_at timestamptz;
-    top_id bigint;
-    new_run_at timestamptz;
-    new_id bigint;
-    new_gen bigint;
-    claimed_ids bigint[] := '{}';
-    earliest_deadline timestamptz;
+    next_run_at timestamptz;
+    next_id bigint;
+    claimed bigint[] := '{}';
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true), set_config('awa.claiming', 'on', true);
     -- now() strictly before every clock read after this transaction's id
@@ -590,159 +577,124 @@ BEGIN
     -- this claim can take (run_at <= now()).
     WHILE clock_timestamp() <= now() LOOP
     END LOOP;
-    me := pg_current_xact_id()::text::bigint;
-    -- Every older transaction still in progress (those from the snapshot's
-    -- xmax on are in progress too, and not listed in its xip).
-    SELECT coalesce(array_agg(s.x), '{}') INTO open_xids
-    FROM (SELECT x::text::bigint AS x FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-          UNION
-          SELECT generate_series(pg_snapshot_xmax(pg_current_snapshot())::text::bigint, me - 1)
-         ) AS s
-    WHERE s.x < me;
+    -- This transaction's id, and every older one still in progress. The
+    -- snapshot was taken before the id: those from its xmax on are in
+    -- progress too, and not listed in its xip.
+    SELECT x.me, array(SELECT s.x FROM (
+               SELECT t::text::bigint AS x FROM pg_snapshot_xip(pg_current_snapshot()) AS t
+               UNION
+               SELECT generate_series(pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+                                      x.me - 1)) AS s
+           WHERE s.x < x.me)
+    INTO me, open_xids
+    FROM (SELECT pg_current_xact_id()::text::bigint AS me) AS x;
 
-    FOR q IN 1 .. coalesce(cardinality(claim_queues), 0) LOOP
-        want := claim_counts[q];
-        FOR pass IN 1 .. 2 LOOP
-            lanes_found := false;
-            FOR lane IN SELECT lanes.id, lanes.priority FROM awa.lanes
-                        WHERE lanes.queue = claim_queues[q] ORDER BY lanes.priority LOOP
-                lanes_found := true;
-                EXIT WHEN want <= 0;
-                SELECT * INTO m FROM awa.lane_moves AS mv
-                WHERE mv.lane_id = lane.id ORDER BY mv.seq DESC LIMIT 1;
-                SELECT array_agg(l.id), min(l.run_at) INTO lowering_ids, lowest_run_at
-                FROM awa.lane_lowerings AS l WHERE l.lane_id = lane.id;
-                ended_run_at := NULL;
-                ended_id := NULL;
-                IF cardinality(m.note_xid) > 0 THEN
-                    SELECT n.f, n.fi INTO ended_run_at, ended_id
-                    FROM unnest(m.note_xid, m.note_run_at, m.note_id) AS n(x, f, fi)
-                    WHERE n.x < me AND n.x <> ALL (open_xids)
-                    ORDER BY n.f, n.fi LIMIT 1;
-                END IF;
-                -- From the hint, or from further back: a noted transaction
-                -- that ended, or a job made claimable behind the hint.
-                from_run_at := m.hint_run_at;
-                from_id := m.hint_id;
-                IF ended_run_at IS NOT NULL AND (ended_run_at, ended_id) < (from_run_at, from_id) THEN
-                    from_run_at := ended_run_at;
-                    from_id := ended_id;
-                END IF;
-                IF lowest_run_at IS NOT NULL AND (lowest_run_at, 0::bigint) < (from_run_at, from_id) THEN
-                    from_run_at := lowest_run_at;
-                    from_id := 0;
-                END IF;
-                rescanned := (from_run_at, from_id) < (m.hint_run_at, m.hint_id);
-                asked := want;
-                SELECT coalesce(array_agg(c.id ORDER BY c.run_at, c.id), '{}'),
-                       array_agg(c.run_at ORDER BY c.run_at, c.id),
-                       array_agg(c.deadline ORDER BY c.run_at, c.id)
-                INTO picked, picked_run_at, deadlines
-                FROM (
-                    SELECT j.id, j.run_at,
-                           -- least ignores NULLs: no timeout, no deadline
-                           least(now() + coalesce(
-                                     j.timeout_ms / 1000.0,
-                                     kind_timeouts[array_position(timeout_kinds, j.kind)],
-                                     queue_timeouts[q]) * interval '1 second',
-                                 j.deadline_at) AS deadline
-                    FROM awa.jobs AS j
-                    WHERE j.queue = claim_queues[q] AND j.priority = lane.priority
-                      AND (j.run_at, j.id) > (from_run_at, from_id)
-                      AND j.run_at <= now() AND j.state = 'available'
-                      AND (j.deadline_at IS NULL OR j.deadline_at > now())  -- maintenance fails the rest
-                    ORDER BY j.run_at, j.id
-                    LIMIT asked
-                    FOR UPDATE OF j SKIP LOCKED
-                ) AS c;
+    FOR pass IN 1 .. 2 LOOP
+        missing := false;
+        -- Each lane of the queues: its newest move; where a claim scans from
+        -- (the hint, or further back: a noted transaction that ended, a job
+        -- made claimable behind the hint); whether it has an available job
+        -- from there; whether its hint should move even so.
+        FOR lane IN
+            SELECT w.ord, w.queue, lanes.id, lanes.priority, mv.seq, mv.hint_run_at, mv.hint_id,
+                   mv.swept_run_at, mv.swept_id, mv.clock, mv.note_xid, mv.note_run_at,
+                   mv.note_id, low.ids AS lowering_ids, start.from_run_at, start.from_id,
+                   ended.run_at IS NOT NULL OR low.ids IS NOT NULL
+                       OR mv.hint_run_at < now() - interval '1 second' AS stale,
+                   EXISTS (SELECT FROM awa.jobs AS j
+                           WHERE j.queue = w.queue AND j.priority = lanes.priority
+                             AND (j.run_at, j.id) > (start.from_run_at, start.from_id)
+                             AND j.run_at <= now() AND j.state = 'available'
+                             AND (j.deadline_at IS NULL OR j.deadline_at > now())) AS has_jobs
+            FROM unnest(claim_queues) WITH ORDINALITY AS w(queue, ord)
+            LEFT JOIN awa.lanes ON lanes.queue = w.queue
+            LEFT JOIN LATERAL (SELECT * FROM awa.lane_moves
+                               WHERE lane_moves.lane_id = lanes.id
+                               ORDER BY lane_moves.seq DESC LIMIT 1) AS mv ON true
+            LEFT JOIN LATERAL (SELECT array_agg(l.id) AS ids, min(l.run_at) AS lowest
+                               FROM awa.lane_lowerings AS l
+                               WHERE l.lane_id = lanes.id) AS low ON true
+            LEFT JOIN LATERAL (SELECT n.f AS run_at, n.fi AS id
+                               FROM unnest(mv.note_xid, mv.note_run_at, mv.note_id) AS n(x, f, fi)
+                               WHERE n.x < me AND n.x <> ALL (open_xids)
+                               ORDER BY n.f, n.fi LIMIT 1) AS ended ON true
+            LEFT JOIN LATERAL (
+                SELECT CASE WHEN (low.lowest, 0::bigint) < (least.run_at, least.id)
+                            THEN low.lowest ELSE least.run_at END AS from_run_at,
+                       CASE WHEN (low.lowest, 0::bigint) < (least.run_at, least.id)
+                            THEN 0 ELSE least.id END AS from_id
+                FROM (SELECT CASE WHEN (ended.run_at, ended.id) < (mv.hint_run_at, mv.hint_id)
+                                  THEN ended.run_at ELSE mv.hint_run_at END AS run_at,
+                             CASE WHEN (ended.run_at, ended.id) < (mv.hint_run_at, mv.hint_id)
+                                  THEN ended.id ELSE mv.hint_id END AS id) AS least
+            ) AS start ON true
+            WHERE remaining[w.ord] > 0
+            ORDER BY w.ord, lanes.priority
+        LOOP
+            IF lane.id IS NULL THEN
+                -- A queue without lanes (the worker opens its own as it starts).
+                PERFORM awa.open_lanes_v1(lane.queue);
+                missing := true;
+                CONTINUE;
+            END IF;
+            asked := remaining[lane.ord];
+            CONTINUE WHEN asked <= 0 OR lane.seq IS NULL OR NOT (lane.has_jobs OR lane.stale);
+            got := 0;
+            IF lane.has_jobs THEN
+                SELECT coalesce(array_agg(c.id), '{}'), array_agg(c.run_at)
+                INTO picked, picked_run_at
+                FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
+                      WHERE j.queue = lane.queue AND j.priority = lane.priority
+                        AND (j.run_at, j.id) > (lane.from_run_at, lane.from_id)
+                        AND j.run_at <= now() AND j.state = 'available'
+                        AND (j.deadline_at IS NULL OR j.deadline_at > now())  -- maintenance fails the rest
+                      ORDER BY j.run_at, j.id
+                      LIMIT asked
+                      FOR UPDATE OF j SKIP LOCKED) AS c;
                 got := cardinality(picked);
-                IF got > 0 THEN
-                    RETURN QUERY
-                    UPDATE awa.jobs AS jobs
-                    SET state = 'running',
-                        attempt = jobs.attempt + 1,
-                        run_lease = greatest(jobs.run_lease, lease_floor) + 1,
-                        attempted_at = now(),
-                        worker_id = claim_worker,
-                        attempt_deadline_at = deadlines[array_position(picked, jobs.id)]
-                    WHERE jobs.id = ANY (picked)
-                    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
-                              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
-                              jobs.max_crashes, jobs.run_at, jobs.created_at, jobs.attempted_at,
-                              jobs.finalized_at, jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-                              jobs.callback_id, jobs.callback_timeout_at,
-                              jobs.attempt_deadline_at;
-                    claimed_ids := claimed_ids || picked;
-                    earliest_deadline := least(earliest_deadline,
-                                               (SELECT min(d) FROM unnest(deadlines) AS d));
-                    want := want - got;
-                    top_run_at := picked_run_at[got];
-                    top_id := picked[got];
-                END IF;
-                -- An idle lane moves at most once a second.
-                CONTINUE WHEN got = 0 AND NOT rescanned AND ended_run_at IS NULL
-                              AND lowering_ids IS NULL
-                              AND m.hint_run_at >= now() - interval '1 second';
-                -- Move the hint, unless another claim is moving it (never
-                -- wait) or a move lowered it since it was read.
-                PERFORM FROM awa.lanes AS anchor WHERE anchor.id = lane.id
-                FOR UPDATE SKIP LOCKED;
-                CONTINUE WHEN NOT FOUND;
-                SELECT * INTO m2 FROM awa.lane_moves AS mv
-                WHERE mv.lane_id = lane.id ORDER BY mv.seq DESC LIMIT 1;
-                CONTINUE WHEN m2.gen <> m.gen;
-                new_gen := m2.gen;
-                IF got = asked AND rescanned
-                   AND (top_run_at, top_id) < (m2.hint_run_at, m2.hint_id) THEN
-                    -- Filled from behind the hint: more may wait there.
-                    new_run_at := top_run_at;
-                    new_id := top_id;
-                    new_gen := m2.gen + 1;
-                ELSIF got < asked THEN
-                    -- Everything visible up to now() is claimed, or held by
-                    -- a claim in flight.
-                    IF (now(), 0::bigint) > (m2.hint_run_at, m2.hint_id) THEN
-                        new_run_at := now();
-                        new_id := 0;
-                    ELSE
-                        new_run_at := m2.hint_run_at;
-                        new_id := m2.hint_id;
-                    END IF;
-                ELSIF (top_run_at, top_id) > (m2.hint_run_at, m2.hint_id) THEN
-                    new_run_at := top_run_at;
-                    new_id := top_id;
-                ELSE
-                    new_run_at := m2.hint_run_at;
-                    new_id := m2.hint_id;
-                END IF;
-                -- Keep the notes, but those that ended and were scanned for
-                -- now; note every older transaction in progress, with the
-                -- hint before this move.
-                INSERT INTO awa.lane_moves (lane_id, hint_run_at, hint_id, swept_run_at, swept_id,
-                                            gen, clock, note_xid, note_run_at, note_id)
-                SELECT lane.id, new_run_at, new_id, m2.swept_run_at, m2.swept_id, new_gen,
-                       greatest(m2.clock, clock_timestamp()),
+            END IF;
+            IF got = asked THEN
+                -- The last job taken; behind the hint after a rescan that
+                -- filled the claim, since more may wait there.
+                next_run_at := picked_run_at[got];
+                next_id := picked[got];
+            ELSE
+                -- Everything visible up to now() is claimed, or held by a
+                -- claim in flight.
+                next_run_at := greatest(now(), lane.hint_run_at);
+                next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
+            END IF;
+            IF got > 0 THEN
+                claimed := claimed || picked;
+                remaining[lane.ord] := asked - got;
+            END IF;
+            -- Keep the notes, but those that ended (scanned for now); note
+            -- every older transaction in progress, with the hint before
+            -- this move.
+            WITH moved AS (
+                INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at,
+                                            swept_id, clock, note_xid, note_run_at, note_id)
+                SELECT lane.id, lane.seq, next_run_at, next_id, lane.swept_run_at,
+                       lane.swept_id, greatest(lane.clock, clock_timestamp()),
                        coalesce(array_agg(k.x), '{}'), coalesce(array_agg(k.f), '{}'),
                        coalesce(array_agg(k.fi), '{}')
                 FROM (SELECT o.x, o.f, o.fi
-                      FROM unnest(m2.note_xid, m2.note_run_at, m2.note_id) AS o(x, f, fi)
-                      WHERE NOT (o.x = ANY (m.note_xid) AND o.x < me AND o.x <> ALL (open_xids))
+                      FROM unnest(lane.note_xid, lane.note_run_at, lane.note_id) AS o(x, f, fi)
+                      WHERE NOT (o.x < me AND o.x <> ALL (open_xids))
                       UNION ALL
-                      SELECT v.x, m2.hint_run_at, m2.hint_id FROM unnest(open_xids) AS v(x)
-                      WHERE v.x <> ALL (m2.note_xid)) AS k;
-                IF lowering_ids IS NOT NULL THEN
-                    DELETE FROM awa.lane_lowerings AS l WHERE l.id = ANY (lowering_ids);
-                END IF;
-            END LOOP;
-            EXIT WHEN lanes_found;
-            PERFORM awa.open_lanes_v1(claim_queues[q]);
+                      SELECT v.x, lane.hint_run_at, lane.hint_id FROM unnest(open_xids) AS v(x)
+                      WHERE v.x <> ALL (lane.note_xid)) AS k
+                HAVING pg_try_advisory_xact_lock(1635216494, lane.id)  -- 'awln': awa lanes
+                   AND clock_timestamp() < statement_timestamp() + interval '5 seconds'
+                ON CONFLICT (lane_id, prev_seq) DO NOTHING
+                RETURNING 1
+            )
+            DELETE FROM awa.lane_lowerings AS l
+            WHERE l.id = ANY (lane.lowering_ids) AND EXISTS (SELECT FROM moved);
         END LOOP;
+        EXIT WHEN NOT missing;
     END LOOP;
-
-    IF cardinality(claimed_ids) > 0 THEN
-        INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
-        VALUES (claim_worker, claimed_ids, earliest_deadline);
-    END IF;
+    RETURN claimed;
 END
 $$;
 
@@ -753,7 +705,8 @@ $$;
 -- hint to the first such job nobody holds, and to any lowering not yet
 -- scanned for; moves `swept` only up to the first available job, held or
 -- not, so a job held now and given back later is seen next time. Deletes
--- the lane's older moves. Returns whether it found such a job.
+-- the lane's moves older than 10 seconds but the newest. Returns whether it
+-- found a job left behind.
 CREATE FUNCTION awa.sweep_lane_v1(sweep_lane integer, from_start boolean, walk_limit integer)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -761,7 +714,6 @@ AS $$
 DECLARE
     lane record;
     m awa.lane_moves;
-    m2 awa.lane_moves;
     restart boolean;
     start_run_at timestamptz;
     start_id bigint;
@@ -776,8 +728,8 @@ DECLARE
     swept_id bigint;
     lowering_ids bigint[];
     lowest_run_at timestamptz;
-    new_run_at timestamptz;
-    new_id bigint;
+    next_run_at timestamptz;
+    next_id bigint;
     newest bigint;
     left_behind boolean := false;
 BEGIN
@@ -809,8 +761,7 @@ BEGIN
         ORDER BY j.run_at, j.id
         LIMIT walk_limit
     )
-    SELECT (SELECT count(*) FROM walk),
-           f.run_at, f.id, l.run_at, l.id
+    SELECT (SELECT count(*) FROM walk), f.run_at, f.id, l.run_at, l.id
     INTO walked, first_run_at, first_id, last_run_at, last_id
     FROM (SELECT 1) AS one
     LEFT JOIN (SELECT w.run_at, w.id FROM walk AS w WHERE w.claimable
@@ -836,41 +787,41 @@ BEGIN
         swept_id := last_id;
     END IF;
 
-    PERFORM FROM awa.lanes AS anchor WHERE anchor.id = sweep_lane FOR UPDATE;
-    SELECT * INTO m2 FROM awa.lane_moves AS mv
+    -- Lowering a hint is always safe; the move is made from the newest
+    -- move, read once no claim is moving the lane.
+    PERFORM pg_advisory_xact_lock(1635216494, sweep_lane);
+    SELECT * INTO m FROM awa.lane_moves AS mv
     WHERE mv.lane_id = sweep_lane ORDER BY mv.seq DESC LIMIT 1;
-    IF m2.gen <> m.gen THEN
-        RETURN false;  -- lowered meanwhile: the next pass looks again
-    END IF;
     SELECT array_agg(l.id), min(l.run_at) INTO lowering_ids, lowest_run_at
     FROM awa.lane_lowerings AS l WHERE l.lane_id = sweep_lane;
-    new_run_at := m2.hint_run_at;
-    new_id := m2.hint_id;
-    IF free_id IS NOT NULL AND (free_run_at, free_id - 1) < (new_run_at, new_id) THEN
-        new_run_at := free_run_at;
-        new_id := free_id - 1;
+    next_run_at := m.hint_run_at;
+    next_id := m.hint_id;
+    IF free_id IS NOT NULL AND (free_run_at, free_id - 1) < (next_run_at, next_id) THEN
+        next_run_at := free_run_at;
+        next_id := free_id - 1;
         left_behind := true;
     END IF;
-    IF lowest_run_at IS NOT NULL AND (lowest_run_at, 0::bigint) < (new_run_at, new_id) THEN
-        new_run_at := lowest_run_at;
-        new_id := 0;
+    IF (lowest_run_at, 0::bigint) < (next_run_at, next_id) THEN
+        next_run_at := lowest_run_at;
+        next_id := 0;
     END IF;
-    IF (new_run_at, new_id) = (m2.hint_run_at, m2.hint_id)
-       AND (swept_run_at, swept_id) = (m2.swept_run_at, m2.swept_id) AND NOT restart THEN
-        newest := m2.seq;
+    IF (next_run_at, next_id) = (m.hint_run_at, m.hint_id)
+       AND (swept_run_at, swept_id) = (m.swept_run_at, m.swept_id) AND NOT restart THEN
+        newest := m.seq;
     ELSE
-        INSERT INTO awa.lane_moves (lane_id, hint_run_at, hint_id, swept_run_at, swept_id, gen,
-                                    clock, note_xid, note_run_at, note_id)
-        VALUES (sweep_lane, new_run_at, new_id, swept_run_at, swept_id,
-                m2.gen + ((new_run_at, new_id) < (m2.hint_run_at, m2.hint_id))::integer,
-                CASE WHEN restart THEN clock_timestamp() ELSE m2.clock END,
-                m2.note_xid, m2.note_run_at, m2.note_id)
+        INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at,
+                                    swept_id, clock, note_xid, note_run_at, note_id)
+        VALUES (sweep_lane, m.seq, next_run_at, next_id, swept_run_at, swept_id,
+                CASE WHEN restart THEN clock_timestamp() ELSE m.clock END,
+                m.note_xid, m.note_run_at, m.note_id)
         RETURNING seq INTO newest;
     END IF;
     IF lowering_ids IS NOT NULL THEN
         DELETE FROM awa.lane_lowerings AS l WHERE l.id = ANY (lowering_ids);
     END IF;
-    DELETE FROM awa.lane_moves AS mv WHERE mv.lane_id = sweep_lane AND mv.seq < newest;
+    DELETE FROM awa.lane_moves AS mv
+    WHERE mv.lane_id = sweep_lane AND mv.seq < newest
+      AND mv.made_at < clock_timestamp() - interval '10 seconds';
     RETURN left_behind;
 END
 $$;

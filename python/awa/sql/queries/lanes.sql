@@ -12,11 +12,12 @@ SELECT id, queue, priority FROM awa.lanes ORDER BY id;
 SELECT awa.sweep_lane_v1($1::integer, $2::boolean, $3::integer) AS left_behind;
 
 -- name: lanes_state
--- Each lane's newest move: its hint, how far the sweep has looked, its
--- generation and the transactions it has noted (for tests and operators).
+-- Each lane's newest move: its hint, how far the sweep has looked and the
+-- transactions it has noted, and its pending lowerings (for tests and
+-- operators).
 SELECT DISTINCT ON (lanes.id)
        lanes.id, lanes.queue, lanes.priority, moves.seq, moves.hint_run_at, moves.hint_id,
-       moves.swept_run_at, moves.swept_id, moves.gen, moves.note_xid,
+       moves.swept_run_at, moves.swept_id, moves.note_xid,
        (SELECT count(*) FROM awa.lane_lowerings WHERE lane_lowerings.lane_id = lanes.id)
            AS lowerings
 FROM awa.lanes
