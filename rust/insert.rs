@@ -344,7 +344,7 @@ impl InsertBatch {
 
     /// The columns [`InsertBatch::copy_text`] writes, in order. `run_at`
     /// always: a column COPY leaves to its default is filled by
-    /// `awa.enqueue_time_v1()`, a volatile function, and PostgreSQL then
+    /// `awa.enqueue_time_v1()`, a volatile function, and `PostgreSQL` then
     /// writes the rows one by one instead of in batches.
     pub fn copy_columns(&self, with_ids: bool) -> Vec<&'static str> {
         let mut columns = Vec::with_capacity(13);
@@ -423,7 +423,9 @@ fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool) {
     out.push('\t');
     optional_copy_field(out, job.metadata.as_deref());
     out.push('\t');
-    out.push_str(&payload::format_timestamp_us(job.run_at_us.unwrap_or(now_us)));
+    out.push_str(&payload::format_timestamp_us(
+        job.run_at_us.unwrap_or(now_us),
+    ));
     if with_limits {
         out.push('\t');
         optional_copy_value(out, job.timeout_ms.map(|ms| ms.to_string()));

@@ -647,7 +647,7 @@ class AsyncClient:
         ``jobs_insert`` reads it: jobs without a ``run_at`` of their own get
         it, and a job available at once but keyed before it lowers its lane
         (docs/storage.md, Lanes)."""
-        start = await db.fetchrow("jobs_copy_start", len(rows) if with_ids else 0, connection=conn)
+        [start] = await db.fetch("jobs_copy_start", len(rows) if with_ids else 0, connection=conn)
         enqueued_us, ids = start["enqueued_us"], start["ids"]
         await db.copy_jobs(
             conn,
