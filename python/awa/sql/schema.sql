@@ -483,11 +483,21 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION awa.job_became_claimable() RETURNS trigger
+-- A job became claimable at a key that may be behind its lane's hint
+-- (awa.lower_lane_v1), or running by anything but a claim: awa's claim
+-- records its jobs in one row, with awa.claiming set; any other way gets a
+-- row of its own, so maintenance finds it. One trigger per event, so each
+-- statement on awa.jobs reads one condition more, not two.
+CREATE FUNCTION awa.follow_job_v1() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM awa.lower_lane_v1(NEW.queue, NEW.priority, NEW.run_at, NEW.id);
+    IF NEW.state = 'available' THEN
+        PERFORM awa.lower_lane_v1(NEW.queue, NEW.priority, NEW.run_at, NEW.id);
+    ELSE
+        INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
+        VALUES (NEW.worker_id, ARRAY[NEW.id], NEW.attempt_deadline_at);
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -496,52 +506,31 @@ $$;
 -- lower their lanes themselves for a back-dated run_at); a job inserted
 -- available by other SQL with a run_at at or before its transaction's start
 -- (now(), or earlier) may be behind the hint.
-CREATE TRIGGER jobs_lower_lane_on_insert
+CREATE TRIGGER jobs_follow_on_insert
     AFTER INSERT ON awa.jobs FOR EACH ROW
-    WHEN (NEW.state = 'available' AND NEW.run_at <= now())
-    EXECUTE FUNCTION awa.job_became_claimable();
+    WHEN ((NEW.state = 'available' AND NEW.run_at <= now()) OR NEW.state = 'running')
+    EXECUTE FUNCTION awa.follow_job_v1();
 
-CREATE TRIGGER jobs_lower_lane_on_update
-    AFTER UPDATE OF state, run_at, queue, priority ON awa.jobs FOR EACH ROW
-    WHEN (NEW.state = 'available'
-          AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.run_at IS DISTINCT FROM NEW.run_at
-               OR OLD.queue IS DISTINCT FROM NEW.queue
-               OR OLD.priority IS DISTINCT FROM NEW.priority))
-    EXECUTE FUNCTION awa.job_became_claimable();
-
--- A job made running by anything but a claim (awa's claim records its own
--- jobs in one row, with awa.claiming set) is recorded in a row of its own,
--- so maintenance finds it.
-CREATE FUNCTION awa.record_running_job() RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
-    VALUES (NEW.worker_id, ARRAY[NEW.id], NEW.attempt_deadline_at);
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER jobs_record_running_on_insert
-    AFTER INSERT ON awa.jobs FOR EACH ROW
-    WHEN (NEW.state = 'running')
-    EXECUTE FUNCTION awa.record_running_job();
-
-CREATE TRIGGER jobs_record_running_on_update
-    AFTER UPDATE OF state, worker_id, attempt_deadline_at ON awa.jobs FOR EACH ROW
-    WHEN (NEW.state = 'running'
-          AND (OLD.state IS DISTINCT FROM NEW.state
-               OR OLD.worker_id IS DISTINCT FROM NEW.worker_id
-               OR OLD.attempt_deadline_at IS DISTINCT FROM NEW.attempt_deadline_at)
-          AND current_setting('awa.claiming', true) IS DISTINCT FROM 'on')
-    EXECUTE FUNCTION awa.record_running_job();
+CREATE TRIGGER jobs_follow_on_update
+    AFTER UPDATE OF state, run_at, queue, priority, worker_id, attempt_deadline_at
+    ON awa.jobs FOR EACH ROW
+    WHEN ((NEW.state = 'available'
+           AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.run_at IS DISTINCT FROM NEW.run_at
+                OR OLD.queue IS DISTINCT FROM NEW.queue
+                OR OLD.priority IS DISTINCT FROM NEW.priority))
+          OR (NEW.state = 'running'
+              AND (OLD.state IS DISTINCT FROM NEW.state
+                   OR OLD.worker_id IS DISTINCT FROM NEW.worker_id
+                   OR OLD.attempt_deadline_at IS DISTINCT FROM NEW.attempt_deadline_at)
+              AND current_setting('awa.claiming', true) IS DISTINCT FROM 'on'))
+    EXECUTE FUNCTION awa.follow_job_v1();
 
 -- Picks up to claim_counts[i] available jobs of each queue claim_queues[i],
 -- most urgent first (priority, then run_at, then id), skipping jobs other
 -- claims hold, each lane from its hint, and moves the hints; returns the ids,
 -- locked (jobs_claim starts their attempts). Commits without waiting for the
 -- WAL flush (see awa/worker/producer.py), and marks the transaction as a
--- claim, which records its jobs itself (awa.record_running_job).
+-- claim, which records its jobs itself (awa.follow_job_v1).
 --
 -- A lane's hint moves only from the move this claim read: one successor
 -- per move (lane_moves_one_successor), and the lane's advisory lock taken
@@ -552,26 +541,34 @@ CREATE TRIGGER jobs_record_running_on_update
 CREATE FUNCTION awa.claim_lanes_v1(claim_queues text[], claim_counts integer[])
 RETURNS bigint[]
 LANGUAGE plpgsql
--- One plan for every call, whatever the session: planned anew for each
--- call, the statements below cost more than the claim itself.
-SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     me bigint;
     open_xids bigint[];
     remaining integer[] := claim_counts;
+    q integer;
     pass integer;
-    missing boolean;
+    lanes_seen boolean;
     lane record;
     asked integer;
+    lowering_ids bigint[];
+    lowest_run_at timestamptz;
+    ended_run_at timestamptz;
+    ended_id bigint;
+    from_run_at timestamptz;
+    from_id bigint;
+    rescan boolean;
     picked bigint[];
-    picked_run_at timestamptz[];
     got integer;
     next_run_at timestamptz;
     next_id bigint;
     claimed bigint[] := '{}';
+    i integer;
+    open_xid bigint;
+    kept_xid bigint[];
+    kept_run_at timestamptz[];
+    kept_id bigint[];
 BEGIN
-    PERFORM set_config('synchronous_commit', 'off', true), set_config('awa.claiming', 'on', true);
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
     -- this claim can take (run_at <= now()).
@@ -579,120 +576,142 @@ BEGIN
     END LOOP;
     -- This transaction's id, and every older one still in progress. The
     -- snapshot was taken before the id: those from its xmax on are in
-    -- progress too, and not listed in its xip.
+    -- progress too, and not listed in its xip. And the transaction commits
+    -- without waiting for the WAL flush (see awa/worker/producer.py), and is
+    -- a claim, which records its jobs itself (awa.follow_job_v1).
     SELECT x.me, array(SELECT s.x FROM (
                SELECT t::text::bigint AS x FROM pg_snapshot_xip(pg_current_snapshot()) AS t
-               UNION
+               UNION ALL
                SELECT generate_series(pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
                                       x.me - 1)) AS s
            WHERE s.x < x.me)
     INTO me, open_xids
-    FROM (SELECT pg_current_xact_id()::text::bigint AS me) AS x;
+    FROM (SELECT pg_current_xact_id()::text::bigint AS me,
+                 set_config('synchronous_commit', 'off', true) AS quick,
+                 set_config('awa.claiming', 'on', true) AS claiming) AS x;
 
-    FOR pass IN 1 .. 2 LOOP
-        missing := false;
-        -- Each lane of the queues: its newest move; where a claim scans from
-        -- (the hint, or further back: a noted transaction that ended, a job
-        -- made claimable behind the hint); whether it has an available job
-        -- from there; whether its hint should move even so.
-        FOR lane IN
-            SELECT w.ord, w.queue, lanes.id, lanes.priority, mv.seq, mv.hint_run_at, mv.hint_id,
-                   mv.swept_run_at, mv.swept_id, mv.clock, mv.note_xid, mv.note_run_at,
-                   mv.note_id, low.ids AS lowering_ids, start.from_run_at, start.from_id,
-                   ended.run_at IS NOT NULL OR low.ids IS NOT NULL
-                       OR mv.hint_run_at < now() - interval '1 second' AS stale,
-                   EXISTS (SELECT FROM awa.jobs AS j
-                           WHERE j.queue = w.queue AND j.priority = lanes.priority
-                             AND (j.run_at, j.id) > (start.from_run_at, start.from_id)
-                             AND j.run_at <= now() AND j.state = 'available'
-                             AND (j.deadline_at IS NULL OR j.deadline_at > now())) AS has_jobs
-            FROM unnest(claim_queues) WITH ORDINALITY AS w(queue, ord)
-            LEFT JOIN awa.lanes ON lanes.queue = w.queue
-            LEFT JOIN LATERAL (SELECT * FROM awa.lane_moves
-                               WHERE lane_moves.lane_id = lanes.id
-                               ORDER BY lane_moves.seq DESC LIMIT 1) AS mv ON true
-            LEFT JOIN LATERAL (SELECT array_agg(l.id) AS ids, min(l.run_at) AS lowest
-                               FROM awa.lane_lowerings AS l
-                               WHERE l.lane_id = lanes.id) AS low ON true
-            LEFT JOIN LATERAL (SELECT n.f AS run_at, n.fi AS id
-                               FROM unnest(mv.note_xid, mv.note_run_at, mv.note_id) AS n(x, f, fi)
-                               WHERE n.x < me AND n.x <> ALL (open_xids)
-                               ORDER BY n.f, n.fi LIMIT 1) AS ended ON true
-            LEFT JOIN LATERAL (
-                SELECT CASE WHEN (low.lowest, 0::bigint) < (least.run_at, least.id)
-                            THEN low.lowest ELSE least.run_at END AS from_run_at,
-                       CASE WHEN (low.lowest, 0::bigint) < (least.run_at, least.id)
-                            THEN 0 ELSE least.id END AS from_id
-                FROM (SELECT CASE WHEN (ended.run_at, ended.id) < (mv.hint_run_at, mv.hint_id)
-                                  THEN ended.run_at ELSE mv.hint_run_at END AS run_at,
-                             CASE WHEN (ended.run_at, ended.id) < (mv.hint_run_at, mv.hint_id)
-                                  THEN ended.id ELSE mv.hint_id END AS id) AS least
-            ) AS start ON true
-            WHERE remaining[w.ord] > 0
-            ORDER BY w.ord, lanes.priority
-        LOOP
-            IF lane.id IS NULL THEN
-                -- A queue without lanes (the worker opens its own as it starts).
-                PERFORM awa.open_lanes_v1(lane.queue);
-                missing := true;
-                CONTINUE;
-            END IF;
-            asked := remaining[lane.ord];
-            CONTINUE WHEN asked <= 0 OR lane.seq IS NULL OR NOT (lane.has_jobs OR lane.stale);
-            got := 0;
-            IF lane.has_jobs THEN
-                SELECT coalesce(array_agg(c.id), '{}'), array_agg(c.run_at)
-                INTO picked, picked_run_at
-                FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
-                      WHERE j.queue = lane.queue AND j.priority = lane.priority
-                        AND (j.run_at, j.id) > (lane.from_run_at, lane.from_id)
-                        AND j.run_at <= now() AND j.state = 'available'
-                        AND (j.deadline_at IS NULL OR j.deadline_at > now())  -- maintenance fails the rest
-                      ORDER BY j.run_at, j.id
-                      LIMIT asked
-                      FOR UPDATE OF j SKIP LOCKED) AS c;
-                got := cardinality(picked);
-            END IF;
-            IF got = asked THEN
-                -- The last job taken; behind the hint after a rescan that
-                -- filled the claim, since more may wait there.
-                next_run_at := picked_run_at[got];
-                next_id := picked[got];
-            ELSE
-                -- Everything visible up to now() is claimed, or held by a
-                -- claim in flight.
-                next_run_at := greatest(now(), lane.hint_run_at);
-                next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
-            END IF;
-            IF got > 0 THEN
-                claimed := claimed || picked;
-                remaining[lane.ord] := asked - got;
-            END IF;
-            -- Keep the notes, but those that ended (scanned for now); note
-            -- every older transaction in progress, with the hint before
-            -- this move.
-            WITH moved AS (
-                INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at,
-                                            swept_id, clock, note_xid, note_run_at, note_id)
+    FOR q IN 1 .. coalesce(cardinality(claim_queues), 0) LOOP
+        CONTINUE WHEN remaining[q] <= 0;
+        FOR pass IN 1 .. 2 LOOP
+            lanes_seen := false;
+            -- The queue's lanes in priority order, each with its newest move,
+            -- whether it has lowerings, and whether it has an available job
+            -- after its hint.
+            FOR lane IN
+                SELECT lanes.id, lanes.queue, lanes.priority, mv.seq, mv.hint_run_at, mv.hint_id,
+                       mv.swept_run_at, mv.swept_id, mv.clock, mv.note_xid, mv.note_run_at,
+                       mv.note_id,
+                       EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
+                           AS has_lowerings,
+                       EXISTS (SELECT FROM awa.jobs AS j
+                               WHERE j.queue = lanes.queue AND j.priority = lanes.priority
+                                 AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
+                                 AND j.run_at <= now() AND j.state = 'available'
+                                 AND (j.deadline_at IS NULL OR j.deadline_at > now())) AS has_jobs
+                FROM awa.lanes
+                CROSS JOIN LATERAL (SELECT * FROM awa.lane_moves
+                                    WHERE lane_moves.lane_id = lanes.id
+                                    ORDER BY lane_moves.seq DESC LIMIT 1) AS mv
+                WHERE lanes.queue = claim_queues[q]
+                ORDER BY lanes.priority
+            LOOP
+                lanes_seen := true;
+                asked := remaining[q];
+                CONTINUE WHEN asked <= 0;
+                -- From the hint, or from further back: a noted transaction that
+                -- ended, or a job made claimable behind the hint.
+                from_run_at := lane.hint_run_at;
+                from_id := lane.hint_id;
+                ended_run_at := NULL;
+                IF cardinality(lane.note_xid) > 0 THEN
+                    SELECT n.f, n.fi INTO ended_run_at, ended_id
+                    FROM unnest(lane.note_xid, lane.note_run_at, lane.note_id) AS n(x, f, fi)
+                    WHERE n.x < me AND n.x <> ALL (open_xids)
+                    ORDER BY n.f, n.fi LIMIT 1;
+                    IF (ended_run_at, ended_id) < (from_run_at, from_id) THEN
+                        from_run_at := ended_run_at;
+                        from_id := ended_id;
+                    END IF;
+                END IF;
+                lowering_ids := NULL;
+                IF lane.has_lowerings THEN
+                    SELECT array_agg(l.id), min(l.run_at) INTO lowering_ids, lowest_run_at
+                    FROM awa.lane_lowerings AS l WHERE l.lane_id = lane.id;
+                    IF (lowest_run_at, 0::bigint) < (from_run_at, from_id) THEN
+                        from_run_at := lowest_run_at;
+                        from_id := 0;
+                    END IF;
+                END IF;
+                rescan := ended_run_at IS NOT NULL OR lowering_ids IS NOT NULL;
+                -- An idle lane moves at most once a second.
+                CONTINUE WHEN NOT (lane.has_jobs OR rescan
+                                   OR lane.hint_run_at < now() - interval '1 second');
+                got := 0;
+                IF lane.has_jobs OR rescan THEN
+                    picked := ARRAY(
+                        SELECT j.id FROM awa.jobs AS j
+                        WHERE j.queue = lane.queue AND j.priority = lane.priority
+                          AND (j.run_at, j.id) > (from_run_at, from_id)
+                          AND j.run_at <= now() AND j.state = 'available'
+                          AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                        ORDER BY j.run_at, j.id
+                        LIMIT asked
+                        FOR UPDATE OF j SKIP LOCKED);  -- maintenance fails jobs past their deadline
+                    got := cardinality(picked);
+                END IF;
+                IF got = asked THEN
+                    -- The last job taken; behind the hint after a rescan that
+                    -- filled the claim, since more may wait there.
+                    next_id := picked[got];
+                    SELECT j.run_at INTO next_run_at FROM awa.jobs AS j WHERE j.id = next_id;
+                ELSE
+                    -- Everything visible up to now() is claimed, or held by a
+                    -- claim in flight.
+                    next_run_at := greatest(now(), lane.hint_run_at);
+                    next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
+                END IF;
+                IF got > 0 THEN
+                    claimed := claimed || picked;
+                    remaining[q] := asked - got;
+                END IF;
+                -- Move from the move read (one successor each), if no other
+                -- mover holds the lane ('awln': awa lanes) and within 5 s of the
+                -- statement's start. The notes that ended go (scanned for now);
+                -- every older transaction in progress is noted with the hint
+                -- before this move.
+                kept_xid := '{}';
+                kept_run_at := '{}';
+                kept_id := '{}';
+                FOR i IN 1 .. coalesce(cardinality(lane.note_xid), 0) LOOP
+                    CONTINUE WHEN lane.note_xid[i] < me AND lane.note_xid[i] <> ALL (open_xids);
+                    kept_xid := kept_xid || lane.note_xid[i];
+                    kept_run_at := kept_run_at || lane.note_run_at[i];
+                    kept_id := kept_id || lane.note_id[i];
+                END LOOP;
+                FOREACH open_xid IN ARRAY open_xids LOOP
+                    CONTINUE WHEN open_xid = ANY (lane.note_xid);
+                    kept_xid := kept_xid || open_xid;
+                    kept_run_at := kept_run_at || lane.hint_run_at;
+                    kept_id := kept_id || lane.hint_id;
+                END LOOP;
+                INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id,
+                                            swept_run_at, swept_id, clock, note_xid,
+                                            note_run_at, note_id)
                 SELECT lane.id, lane.seq, next_run_at, next_id, lane.swept_run_at,
-                       lane.swept_id, greatest(lane.clock, clock_timestamp()),
-                       coalesce(array_agg(k.x), '{}'), coalesce(array_agg(k.f), '{}'),
-                       coalesce(array_agg(k.fi), '{}')
-                FROM (SELECT o.x, o.f, o.fi
-                      FROM unnest(lane.note_xid, lane.note_run_at, lane.note_id) AS o(x, f, fi)
-                      WHERE NOT (o.x < me AND o.x <> ALL (open_xids))
-                      UNION ALL
-                      SELECT v.x, lane.hint_run_at, lane.hint_id FROM unnest(open_xids) AS v(x)
-                      WHERE v.x <> ALL (lane.note_xid)) AS k
-                HAVING pg_try_advisory_xact_lock(1635216494, lane.id)  -- 'awln': awa lanes
-                   AND clock_timestamp() < statement_timestamp() + interval '5 seconds'
-                ON CONFLICT (lane_id, prev_seq) DO NOTHING
-                RETURNING 1
-            )
-            DELETE FROM awa.lane_lowerings AS l
-            WHERE l.id = ANY (lane.lowering_ids) AND EXISTS (SELECT FROM moved);
+                       lane.swept_id, greatest(lane.clock, clock_timestamp()), kept_xid,
+                       kept_run_at, kept_id
+                WHERE pg_try_advisory_xact_lock(1635216494, lane.id)
+                  AND clock_timestamp() < statement_timestamp() + interval '5 seconds'
+                ON CONFLICT (lane_id, prev_seq) DO NOTHING;
+                -- The lowerings scanned for, once the move stands.
+                IF FOUND AND lowering_ids IS NOT NULL THEN
+                    DELETE FROM awa.lane_lowerings AS l WHERE l.id = ANY (lowering_ids);
+                END IF;
+            END LOOP;
+            EXIT WHEN lanes_seen;
+            -- A queue without lanes (the worker opens its own as it starts).
+            PERFORM awa.open_lanes_v1(claim_queues[q]);
         END LOOP;
-        EXIT WHEN NOT missing;
     END LOOP;
     RETURN claimed;
 END
