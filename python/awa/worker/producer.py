@@ -3,8 +3,9 @@
 Overview: ``claim_concurrency`` claimers per worker process, each a
 supervised service with a connection of its own. A claimer asks the Rust
 dispatcher how many jobs each queue can take (the plan reserves those
-slots), claims them all in one statement (``jobs_claim``: ``FOR UPDATE SKIP
-LOCKED``, priority order), and starts a handler per row. While one claim is
+slots), claims them all in one statement (``jobs_claim``: each lane of a
+queue from its hint, ``FOR UPDATE SKIP LOCKED``, priority order; see
+docs/storage.md, "Lanes"), and starts a handler per row. While one claim is
 in flight, slots freed meanwhile are claimed by the next claimer. A claimer
 sleeps when no queue can take work and wakes through its
 :class:`ClaimSignal`: a notification for one of its queues, a freed slot, or
@@ -23,10 +24,11 @@ way: stopping waits for the statement in flight, so no job is claimed
 without being started. A claim can still commit on the server and lose its
 reply (the connection dropped in between): the reconciler compares what the
 database says this worker runs with what it holds, after any failed claim
-and every ``reconcile_interval``, and gives back the difference. It is a
-service of its own and claims go on while it reads: its list can take
-seconds on a table whose running-jobs index is full of finished jobs
-vacuum has not yet removed, and claims paused for that long were the
+and every ``reconcile_interval``, and gives back the difference (the
+database's list comes from the worker's claims, ``awa.claims``). It is a
+service of its own and claims go on while it reads: its list once took
+seconds on a table whose running-jobs index was full of finished jobs
+vacuum had not yet removed, and claims paused for that long were the
 worst latency of a busy worker.
 """
 
