@@ -68,11 +68,12 @@ APP, QUEUE, KIND = "benches.soak.app:client", "soak", "soak_tick"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 120.0
 COMPLETED_SQL = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
-#: Claimers waiting on the gate: their statement is jobs_claim (it alone names quick_commit).
+#: Claimers waiting on the gate: their statement is jobs_claim (it alone
+#: calls awa.claim_v1).
 WAITING_CLAIMS_SQL = """
     SELECT count(*) FROM pg_stat_activity
     WHERE datname = current_database() AND wait_event_type = 'Lock'
-      AND query LIKE '%quick_commit%'"""
+      AND query LIKE '%claim_v1%'"""
 COMMITS_SQL = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 STOP_LINE = re.compile(
     r"stopped: (\d+) jobs run in (\d+) claims, (\d+) outcomes written in (\d+) writes"

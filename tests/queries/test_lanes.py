@@ -183,7 +183,7 @@ async def test_the_sweep_finds_a_job_nothing_else_told_of(conn):
 
 async def test_the_sweep_deletes_moves_older_than_ten_seconds_but_the_newest(conn):
     """A claim still moves from the move it read within 5 seconds of its start
-    (see awa.claim_lanes_v1): the sweep leaves younger moves alone."""
+    (see awa.claim_v1): the sweep leaves younger moves alone."""
     worker = await register_worker(conn)
     for _ in range(3):
         await insert(conn, 1)
@@ -334,3 +334,50 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
         taken.extend(await claim_ids(conn, worker, 100_000))
     assert len(inserted) > 100
     assert sorted(taken) == sorted(inserted)
+
+
+async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep(
+    conn, database_url
+):
+    """Producers (some reading first, some staying open) and claimers at once:
+    with no claim rolled back, claims alone take every job, each exactly
+    once, and the sweep finds nothing behind the hint. (A claim that locked
+    a job its starting statement could not see once left it behind.)"""
+    worker = await register_worker(conn)
+    rng = random.Random(11)
+    stop = asyncio.Event()
+    inserted: list[int] = []
+    taken: list[int] = []
+
+    async def producer() -> None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            while not stop.is_set():
+                async with connection.transaction():
+                    if rng.random() < 0.5:
+                        await connection.fetchval("SELECT 1")
+                        await asyncio.sleep(rng.random() * 0.002)
+                    inserted.extend(await insert(connection, rng.randint(1, 10)))
+                    if rng.random() < 0.3:
+                        await asyncio.sleep(rng.random() * 0.003)
+        finally:
+            await connection.close()
+
+    async def claimer() -> None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            while not stop.is_set():
+                taken.extend(await claim_ids(connection, worker, 10))
+        finally:
+            await connection.close()
+
+    tasks = [asyncio.create_task(producer()) for _ in range(3)]
+    tasks += [asyncio.create_task(claimer()) for _ in range(2)]
+    await asyncio.sleep(2.0)
+    stop.set()
+    await asyncio.gather(*tasks)
+    for _ in range(3):  # notes and lowerings are each used up by one claim
+        taken.extend(await claim_ids(conn, worker, 100_000))
+    assert len(inserted) > 100
+    assert sorted(taken) == sorted(inserted)
+    assert not await conn.fetchval(Q("lanes_sweep"), (await lane(conn))["id"], True, 1_000_000)

@@ -82,7 +82,7 @@ CREATE SEQUENCE awa.lane_moves_seq;
 -- highest clock of the movers (a clock that went back is found by it).
 -- note_*: transactions in progress when the hint passed, each with the hint
 -- before that move. made_at: when the move was made (the sweep deletes
--- moves older than a few seconds; see awa.claim_lanes_v1).
+-- moves older than a few seconds; see awa.claim_v1).
 CREATE TABLE awa.lane_moves (
     lane_id      integer NOT NULL,
     seq          bigint NOT NULL DEFAULT nextval('awa.lane_moves_seq'),
@@ -240,12 +240,21 @@ CREATE TRIGGER jobs_follow_on_update
               AND current_setting('awa.claiming', true) IS DISTINCT FROM 'on'))
     EXECUTE FUNCTION awa.follow_job_v1();
 
--- Picks up to claim_counts[i] available jobs of each queue claim_queues[i],
--- most urgent first (priority, then run_at, then id), skipping jobs other
--- claims hold, each lane from its hint, and moves the hints; returns the ids,
--- locked (jobs_claim starts their attempts). Commits without waiting for the
--- WAL flush (see awa/worker/producer.py), and marks the transaction as a
--- claim, which records its jobs itself (awa.follow_job_v1).
+-- Claims up to claim_counts[i] available jobs of each queue claim_queues[i]
+-- for worker claim_worker, most urgent first (priority, then run_at, then
+-- id), skipping jobs other claims hold, each lane from its hint, and moves
+-- the hints. Starting an attempt bumps attempt and run_lease (above any
+-- lease handed out before the server last started: awa.run_lease_floor)
+-- and sets its deadline from the job's own timeout, else its kind's
+-- (timeout_kinds, kind_timeouts), else its queue's (queue_timeouts, aligned
+-- with claim_queues), never past the job's deadline. Returns the jobs as
+-- started, then attempt_deadline_at. Commits without waiting for the WAL
+-- flush (see awa/worker/producer.py), and marks the transaction as a claim,
+-- which records its jobs itself (jobs_claim; awa.follow_job_v1 leaves them).
+--
+-- The attempts start in here, in a statement after the scans: a job a scan
+-- locked may have been committed after the calling statement began, and
+-- that statement's snapshot would not see it.
 --
 -- A lane's hint moves only from the move this claim read: one successor
 -- per move (lane_moves_one_successor), and the lane's advisory lock taken
@@ -253,10 +262,18 @@ CREATE TRIGGER jobs_follow_on_update
 -- either. The sweep deletes a move only once it is 10 seconds old, and a
 -- claim moves nothing once it has run 5, so the move this claim read still
 -- stands, or its successor does, when it inserts.
-CREATE FUNCTION awa.claim_lanes_v1(claim_queues text[], claim_counts integer[])
-RETURNS bigint[]
+CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
+                             timeout_kinds text[], kind_timeouts float8[],
+                             queue_timeouts float8[])
+RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
+               priority smallint, attempt integer, max_attempts smallint, crashes smallint,
+               max_crashes smallint, run_at timestamptz, created_at timestamptz,
+               attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
+               metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
+               attempt_deadline_at timestamptz)
 LANGUAGE plpgsql
 AS $$
+#variable_conflict use_column
 DECLARE
     me bigint;
     open_xids bigint[];
@@ -274,6 +291,7 @@ DECLARE
     from_id bigint;
     rescan boolean;
     picked bigint[];
+    top_run_at timestamptz;
     got integer;
     next_run_at timestamptz;
     next_id bigint;
@@ -363,22 +381,26 @@ BEGIN
                                    OR lane.hint_run_at < now() - interval '1 second');
                 got := 0;
                 IF lane.has_jobs OR rescan THEN
-                    picked := ARRAY(
-                        SELECT j.id FROM awa.jobs AS j
-                        WHERE j.queue = lane.queue AND j.priority = lane.priority
-                          AND (j.run_at, j.id) > (from_run_at, from_id)
-                          AND j.run_at <= now() AND j.state = 'available'
-                          AND (j.deadline_at IS NULL OR j.deadline_at > now())
-                        ORDER BY j.run_at, j.id
-                        LIMIT asked
-                        FOR UPDATE OF j SKIP LOCKED);  -- maintenance fails jobs past their deadline
+                    -- In key order (array_agg keeps the subquery's): the last
+                    -- id is the top job's, and the latest run_at its.
+                    SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at)
+                    INTO picked, top_run_at
+                    FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
+                          WHERE j.queue = lane.queue AND j.priority = lane.priority
+                            AND (j.run_at, j.id) > (from_run_at, from_id)
+                            AND j.run_at <= now() AND j.state = 'available'
+                            -- maintenance fails jobs past their deadline
+                            AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                          ORDER BY j.run_at, j.id
+                          LIMIT asked
+                          FOR UPDATE OF j SKIP LOCKED) AS c;
                     got := cardinality(picked);
                 END IF;
                 IF got = asked THEN
                     -- The last job taken; behind the hint after a rescan that
                     -- filled the claim, since more may wait there.
+                    next_run_at := top_run_at;
                     next_id := picked[got];
-                    SELECT j.run_at INTO next_run_at FROM awa.jobs AS j WHERE j.id = next_id;
                 ELSE
                     -- Everything visible up to now() is claimed, or held by a
                     -- claim in flight.
@@ -428,7 +450,29 @@ BEGIN
             PERFORM awa.open_lanes_v1(claim_queues[q]);
         END LOOP;
     END LOOP;
-    RETURN claimed;
+    IF cardinality(claimed) > 0 THEN
+        RETURN QUERY
+        UPDATE awa.jobs AS jobs
+        SET state = 'running',
+            attempt = jobs.attempt + 1,
+            run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
+            attempted_at = now(),
+            worker_id = claim_worker,
+            -- least ignores NULLs: no timeout, no deadline
+            attempt_deadline_at = least(
+                now() + coalesce(
+                    jobs.timeout_ms / 1000.0,
+                    kind_timeouts[array_position(timeout_kinds, jobs.kind)],
+                    queue_timeouts[array_position(claim_queues, jobs.queue)]
+                ) * interval '1 second',
+                jobs.deadline_at)
+        WHERE jobs.id = ANY (claimed)
+        RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
+                  jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
+                  jobs.max_crashes, jobs.run_at, jobs.created_at, jobs.attempted_at,
+                  jobs.finalized_at, jobs.args, jobs.tags, jobs.metadata, jobs.errors,
+                  jobs.callback_id, jobs.callback_timeout_at, jobs.attempt_deadline_at;
+    END IF;
 END
 $$;
 

@@ -210,38 +210,14 @@ SELECT set_config('enable_seqscan', 'off', false);
 
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker, most
--- urgent first, each lane from its hint ($1 queues, $2 counts, $3 the
--- worker; awa.claim_lanes_v1 picks and locks them). Starting an attempt
--- bumps attempt and run_lease, and sets its deadline from the job's own
--- timeout, else its kind's ($4 kinds, $5 seconds), else its queue's ($6,
--- aligned with $1; NULL: none), never past the job's deadline. Records the
+-- urgent first, each lane from its hint, and starts their attempts
+-- (awa.claim_v1: $1 queues, $2 counts, $3 the worker, $4/$5 attempt
+-- timeouts by kind, $6 by queue, aligned with $1; NULL: none). Records the
 -- jobs taken in awa.claims. Returns the job's columns and then
 -- attempt_deadline_at.
-WITH picked AS MATERIALIZED (
-    SELECT awa.claim_lanes_v1($1::text[], $2::integer[]) AS ids
-), claimed AS (
-    UPDATE awa.jobs AS jobs
-    SET state = 'running',
-        attempt = jobs.attempt + 1,
-        -- Above any lease handed out before the server last started (see
-        -- awa.run_lease_floor): a claim a crash forgot is never repeated.
-        run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
-        attempted_at = now(),
-        worker_id = $3::bigint,
-        -- least ignores NULLs: no timeout, no deadline
-        attempt_deadline_at = least(
-            now() + coalesce(
-                jobs.timeout_ms / 1000.0,
-                ($5::float8[])[array_position($4::text[], jobs.kind)],
-                ($6::float8[])[array_position($1::text[], jobs.queue)]
-            ) * interval '1 second',
-            jobs.deadline_at)
-    WHERE jobs.id = ANY ((SELECT ids FROM picked)::bigint[])
-    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS state,
-              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
-              jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
-              jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, jobs.attempt_deadline_at
+WITH claimed AS MATERIALIZED (
+    SELECT * FROM awa.claim_v1($1::text[], $2::integer[], $3::bigint, $4::text[],
+                               $5::float8[], $6::float8[])
 ), recorded AS (
     INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
     SELECT $3::bigint, array_agg(claimed.id), min(claimed.attempt_deadline_at) FROM claimed
