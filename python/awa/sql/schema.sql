@@ -592,33 +592,36 @@ BEGIN
     -- this claim can take (run_at <= now()).
     WHILE clock_timestamp() <= now() LOOP
     END LOOP;
-    -- This transaction's id, and every older one still in progress. The
-    -- snapshot was taken before the id: those from its xmax on are in
-    -- progress too, and not listed in its xip. And the transaction commits
-    -- without waiting for the WAL flush (see awa/worker/producer.py), and is
-    -- a claim, which records its jobs itself (awa.follow_job_v1).
-    SELECT x.me, array(SELECT s.x FROM (
-               SELECT t::text::bigint AS x FROM pg_snapshot_xip(pg_current_snapshot()) AS t
-               UNION ALL
-               SELECT generate_series(pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-                                      x.me - 1)) AS s
-           WHERE s.x < x.me)
-    INTO me, open_xids
-    FROM (SELECT pg_current_xact_id()::text::bigint AS me,
-                 set_config('synchronous_commit', 'off', true) AS quick,
-                 set_config('awa.claiming', 'on', true) AS claiming) AS x;
-
     FOR q IN 1 .. coalesce(cardinality(claim_queues), 0) LOOP
         CONTINUE WHEN remaining[q] <= 0;
         FOR pass IN 1 .. 2 LOOP
             lanes_seen := false;
             -- The queue's lanes in priority order, each with its newest move,
             -- whether it has lowerings, and whether it has an available job
-            -- after its hint.
+            -- after its hint. With them, this transaction's id and every
+            -- older one still in progress (the statement's snapshot was
+            -- taken before the id: those from its xmax on are in progress
+            -- too, and not listed in its xip); and the transaction commits
+            -- without waiting for the WAL flush (see awa/worker/producer.py),
+            -- and is a claim, which records its jobs itself (jobs_claim;
+            -- awa.follow_job_v1 leaves them).
             FOR lane IN
-                SELECT lanes.id, lanes.queue, lanes.priority, mv.seq, mv.hint_run_at, mv.hint_id,
-                       mv.swept_run_at, mv.swept_id, mv.clock, mv.note_xid, mv.note_run_at,
-                       mv.note_id,
+                WITH tx AS MATERIALIZED (
+                    SELECT x.me, array(SELECT s.x FROM (
+                               SELECT t::text::bigint AS x
+                               FROM pg_snapshot_xip(pg_current_snapshot()) AS t
+                               UNION ALL
+                               SELECT generate_series(
+                                   pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+                                   x.me - 1)) AS s
+                           WHERE s.x < x.me) AS open_xids
+                    FROM (SELECT pg_current_xact_id()::text::bigint AS me,
+                                 set_config('synchronous_commit', 'off', true) AS quick,
+                                 set_config('awa.claiming', 'on', true) AS claiming) AS x
+                )
+                SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority, mv.seq,
+                       mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.clock,
+                       mv.note_xid, mv.note_run_at, mv.note_id,
                        EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
                            AS has_lowerings,
                        EXISTS (SELECT FROM awa.jobs AS j
@@ -626,7 +629,7 @@ BEGIN
                                  AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
                                  AND j.run_at <= now() AND j.state = 'available'
                                  AND (j.deadline_at IS NULL OR j.deadline_at > now())) AS has_jobs
-                FROM awa.lanes
+                FROM tx, awa.lanes
                 CROSS JOIN LATERAL (SELECT * FROM awa.lane_moves
                                     WHERE lane_moves.lane_id = lanes.id
                                     ORDER BY lane_moves.seq DESC LIMIT 1) AS mv
@@ -634,6 +637,8 @@ BEGIN
                 ORDER BY lanes.priority
             LOOP
                 lanes_seen := true;
+                me := lane.me;
+                open_xids := lane.open_xids;
                 asked := remaining[q];
                 CONTINUE WHEN asked <= 0;
                 -- From the hint, or from further back: a noted transaction that
