@@ -385,7 +385,9 @@ CREATE SEQUENCE awa.lane_moves_seq;
 -- prev_seq names the move it was made from (0: a lane's first), one move per
 -- predecessor. hint: every job of the lane keyed at or before it is claimed,
 -- or will be found again (notes, lowerings, the sweep). swept: how far the
--- sweep has looked for jobs a rolled-back claim left behind. clock: the
+-- sweep has looked for jobs a rolled-back claim left behind. gen: counts the
+-- moves that lowered the hint (a claim that finds the lane moved since it
+-- read it may build on the newer move only if none did). clock: the
 -- highest clock of the movers (a clock that went back is found by it).
 -- note_*: transactions in progress when the hint passed, each with the hint
 -- before that move. made_at: when the move was made (the sweep deletes
@@ -398,6 +400,7 @@ CREATE TABLE awa.lane_moves (
     hint_id      bigint NOT NULL,
     swept_run_at timestamptz NOT NULL,
     swept_id     bigint NOT NULL,
+    gen          bigint NOT NULL,
     clock        timestamptz NOT NULL,
     made_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
     note_xid     bigint[] NOT NULL,
@@ -447,8 +450,8 @@ BEGIN
         RETURNING id
     )
     INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at, swept_id,
-                                clock, note_xid, note_run_at, note_id)
-    SELECT id, 0, '-infinity', 0, '-infinity', 0, clock_timestamp(), '{}', '{}', '{}'
+                                gen, clock, note_xid, note_run_at, note_id)
+    SELECT id, 0, '-infinity', 0, '-infinity', 0, 0, clock_timestamp(), '{}', '{}', '{}'
     FROM opened;
     GET DIAGNOSTICS made = ROW_COUNT;
     RETURN made;
@@ -580,7 +583,10 @@ DECLARE
     got integer;
     next_run_at timestamptz;
     next_id bigint;
-    claimed bigint[] := '{}';
+    lease_floor bigint := awa.run_lease_floor();
+    lowers boolean;
+    moved boolean;
+    newest awa.lane_moves;
     i integer;
     open_xid bigint;
     kept_xid bigint[];
@@ -620,7 +626,7 @@ BEGIN
                                  set_config('awa.claiming', 'on', true) AS claiming) AS x
                 )
                 SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority, mv.seq,
-                       mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.clock,
+                       mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.gen, mv.clock,
                        mv.note_xid, mv.note_run_at, mv.note_id,
                        EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
                            AS has_lowerings,
@@ -688,7 +694,7 @@ BEGIN
                 END IF;
                 IF got = asked THEN
                     -- The last job taken; behind the hint after a rescan that
-                    -- filled the claim, since more may wait there.
+                    -- filled the claim (a lowering), since more may wait there.
                     next_run_at := top_run_at;
                     next_id := picked[got];
                 ELSE
@@ -698,14 +704,40 @@ BEGIN
                     next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
                 END IF;
                 IF got > 0 THEN
-                    claimed := claimed || picked;
                     remaining[q] := asked - got;
+                    -- Started in a statement after the scan (see above).
+                    RETURN QUERY
+                    UPDATE awa.jobs AS jobs
+                    SET state = 'running',
+                        attempt = jobs.attempt + 1,
+                        run_lease = greatest(jobs.run_lease, lease_floor) + 1,
+                        attempted_at = now(),
+                        worker_id = claim_worker,
+                        -- least ignores NULLs: no timeout, no deadline
+                        attempt_deadline_at = least(
+                            now() + coalesce(
+                                jobs.timeout_ms / 1000.0,
+                                kind_timeouts[array_position(timeout_kinds, jobs.kind)],
+                                queue_timeouts[q]
+                            ) * interval '1 second',
+                            jobs.deadline_at)
+                    WHERE jobs.id = ANY (picked)
+                    RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
+                              jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
+                              jobs.max_crashes, jobs.run_at, jobs.created_at,
+                              jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
+                              jobs.metadata, jobs.errors, jobs.callback_id,
+                              jobs.callback_timeout_at, jobs.attempt_deadline_at;
                 END IF;
-                -- Move from the move read (one successor each), if no other
-                -- mover holds the lane ('awln': awa lanes) and within 5 s of the
-                -- statement's start. The notes that ended go (scanned for now);
+                -- Move the hint, if no other mover holds the lane ('awln':
+                -- awa lanes; never wait) and within 5 s of the statement's
+                -- start. The notes read that ended go (scanned for now);
                 -- every older transaction in progress is noted with the hint
                 -- before this move.
+                CONTINUE WHEN NOT (pg_try_advisory_xact_lock(1635216494, lane.id)
+                                   AND clock_timestamp() < statement_timestamp()
+                                                           + interval '5 seconds');
+                lowers := (next_run_at, next_id) < (lane.hint_run_at, lane.hint_id);
                 kept_xid := '{}';
                 kept_run_at := '{}';
                 kept_id := '{}';
@@ -722,16 +754,63 @@ BEGIN
                     kept_id := kept_id || lane.hint_id;
                 END LOOP;
                 INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id,
-                                            swept_run_at, swept_id, clock, note_xid,
+                                            swept_run_at, swept_id, gen, clock, note_xid,
                                             note_run_at, note_id)
-                SELECT lane.id, lane.seq, next_run_at, next_id, lane.swept_run_at,
-                       lane.swept_id, greatest(lane.clock, clock_timestamp()), kept_xid,
-                       kept_run_at, kept_id
-                WHERE pg_try_advisory_xact_lock(1635216494, lane.id)
-                  AND clock_timestamp() < statement_timestamp() + interval '5 seconds'
+                VALUES (lane.id, lane.seq, next_run_at, next_id, lane.swept_run_at,
+                        lane.swept_id, lane.gen + lowers::integer,
+                        greatest(lane.clock, clock_timestamp()), kept_xid, kept_run_at, kept_id)
                 ON CONFLICT (lane_id, prev_seq) DO NOTHING;
+                moved := FOUND;
+                IF NOT moved THEN
+                    -- The lane moved since this claim read it (that mover has
+                    -- committed: this one holds the lock now). Build on the
+                    -- newest move, unless a move since lowered the hint for
+                    -- jobs this claim did not see: the higher hint of the
+                    -- two (a lowering of this claim's own stands), its notes
+                    -- but those this claim scanned for, and this claim's.
+                    SELECT * INTO newest FROM awa.lane_moves AS mv
+                    WHERE mv.lane_id = lane.id ORDER BY mv.seq DESC LIMIT 1;
+                    IF newest.gen = lane.gen THEN
+                        IF lowers THEN
+                            IF (newest.hint_run_at, newest.hint_id) < (next_run_at, next_id) THEN
+                                next_run_at := newest.hint_run_at;
+                                next_id := newest.hint_id;
+                            END IF;
+                        ELSIF (next_run_at, next_id) < (newest.hint_run_at, newest.hint_id) THEN
+                            next_run_at := newest.hint_run_at;
+                            next_id := newest.hint_id;
+                        END IF;
+                        kept_xid := '{}';
+                        kept_run_at := '{}';
+                        kept_id := '{}';
+                        FOR i IN 1 .. coalesce(cardinality(newest.note_xid), 0) LOOP
+                            CONTINUE WHEN newest.note_xid[i] = ANY (lane.note_xid)
+                                          AND newest.note_xid[i] < me
+                                          AND newest.note_xid[i] <> ALL (open_xids);
+                            kept_xid := kept_xid || newest.note_xid[i];
+                            kept_run_at := kept_run_at || newest.note_run_at[i];
+                            kept_id := kept_id || newest.note_id[i];
+                        END LOOP;
+                        FOREACH open_xid IN ARRAY open_xids LOOP
+                            CONTINUE WHEN open_xid = ANY (newest.note_xid);
+                            kept_xid := kept_xid || open_xid;
+                            kept_run_at := kept_run_at || newest.hint_run_at;
+                            kept_id := kept_id || newest.hint_id;
+                        END LOOP;
+                        INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id,
+                                                    swept_run_at, swept_id, gen, clock,
+                                                    note_xid, note_run_at, note_id)
+                        VALUES (lane.id, newest.seq, next_run_at, next_id,
+                                newest.swept_run_at, newest.swept_id,
+                                newest.gen + lowers::integer,
+                                greatest(newest.clock, clock_timestamp()), kept_xid,
+                                kept_run_at, kept_id)
+                        ON CONFLICT (lane_id, prev_seq) DO NOTHING;
+                        moved := FOUND;
+                    END IF;
+                END IF;
                 -- The lowerings scanned for, once the move stands.
-                IF FOUND AND lowering_ids IS NOT NULL THEN
+                IF moved AND lowering_ids IS NOT NULL THEN
                     DELETE FROM awa.lane_lowerings AS l WHERE l.id = ANY (lowering_ids);
                 END IF;
             END LOOP;
@@ -740,29 +819,6 @@ BEGIN
             PERFORM awa.open_lanes_v1(claim_queues[q]);
         END LOOP;
     END LOOP;
-    IF cardinality(claimed) > 0 THEN
-        RETURN QUERY
-        UPDATE awa.jobs AS jobs
-        SET state = 'running',
-            attempt = jobs.attempt + 1,
-            run_lease = greatest(jobs.run_lease, (SELECT awa.run_lease_floor())) + 1,
-            attempted_at = now(),
-            worker_id = claim_worker,
-            -- least ignores NULLs: no timeout, no deadline
-            attempt_deadline_at = least(
-                now() + coalesce(
-                    jobs.timeout_ms / 1000.0,
-                    kind_timeouts[array_position(timeout_kinds, jobs.kind)],
-                    queue_timeouts[array_position(claim_queues, jobs.queue)]
-                ) * interval '1 second',
-                jobs.deadline_at)
-        WHERE jobs.id = ANY (claimed)
-        RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
-                  jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
-                  jobs.max_crashes, jobs.run_at, jobs.created_at, jobs.attempted_at,
-                  jobs.finalized_at, jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-                  jobs.callback_id, jobs.callback_timeout_at, jobs.attempt_deadline_at;
-    END IF;
 END
 $$;
 
@@ -878,8 +934,9 @@ BEGIN
         newest := m.seq;
     ELSE
         INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at,
-                                    swept_id, clock, note_xid, note_run_at, note_id)
+                                    swept_id, gen, clock, note_xid, note_run_at, note_id)
         VALUES (sweep_lane, m.seq, next_run_at, next_id, swept_run_at, swept_id,
+                m.gen + ((next_run_at, next_id) < (m.hint_run_at, m.hint_id))::integer,
                 CASE WHEN restart THEN clock_timestamp() ELSE m.clock END,
                 m.note_xid, m.note_run_at, m.note_id)
         RETURNING seq INTO newest;
