@@ -1,0 +1,107 @@
+"""What a claim and the write of its outcomes cost the server, this tree's
+SQL against an older tree's, interleaved.
+
+One connection claims 25 jobs at a time (``jobs_claim``) and a second writes
+their outcomes (``jobs_finish_batch``) until 20 000 jobs are done; the CPU
+time of each backend (``/proc/<pid>/stat``) per claim is the figure. The two
+trees' queries run against two databases migrated by each tree (``--url``
+for this one, ``--old-url`` for the other, whose query files are read from
+``--old-sql``), rounds interleaved, medians printed.
+
+    python benches/storage/claim_cost.py --url postgresql://.../new_db \\
+        --old-url postgresql://.../old_db --old-sql /path/to/old/python/awa/sql/queries
+
+Both databases must be migrated already (each by its own awa). The server
+must be on this machine (the backends' CPU is read from /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+from pathlib import Path
+
+import asyncpg
+
+HERE = Path(__file__).resolve().parent
+NEW_SQL = HERE.parent.parent / "python" / "awa" / "sql" / "queries"
+NAME = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
+
+
+def load(directory: Path) -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for path in sorted(directory.glob("*.sql")):
+        queries |= {m.group(1): m.group(2) for m in NAME.finditer(path.read_text())}
+    return queries
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cycle(url: str, queries: dict[str, str], jobs: int) -> tuple[float, float]:
+    """Server CPU per claim (µs) of the claiming and the writing backend."""
+    claimer, writer = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        lanes = "lanes_open" in queries
+        tables = "awa.jobs, awa.workers" + (
+            ", awa.lanes, awa.lane_moves, awa.lane_lowerings, awa.claims" if lanes else ""
+        )
+        await claimer.execute(f"TRUNCATE {tables}")
+        await claimer.execute(
+            "INSERT INTO awa.jobs (kind, queue, args) "
+            "SELECT 'k', 'q', '{}' FROM generate_series(1, $1)",
+            jobs,
+        )
+        await claimer.execute("ANALYZE awa.jobs")
+        await claimer.execute(queries["jobs_claim_prepare_session"])
+        await writer.execute(queries["jobs_write_prepare_session"])
+        if lanes:
+            await claimer.fetchval(queries["lanes_open"], ["q"])
+        claim = await claimer.prepare(queries["jobs_claim"])
+        finish = await writer.prepare(queries["jobs_finish_batch"])
+        pids = [await c.fetchval("SELECT pg_backend_pid()") for c in (claimer, writer)]
+        before = [cpu_s(pid) for pid in pids]
+        claims = 0
+        while rows := await claim.fetch(["q"], [25], 1, [], [], [None]):
+            claims += 1
+            n = len(rows)
+            await finish.fetch(
+                [r["id"] for r in rows], [r["run_lease"] for r in rows],
+                ["completed"] * n, [None] * n, [0] * n, [None] * n,
+            )  # fmt: skip
+        after = [cpu_s(pid) for pid in pids]
+        return tuple((a - b) / claims * 1e6 for a, b in zip(after, before, strict=True))  # type: ignore[return-value]
+    finally:
+        await claimer.close()
+        await writer.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="a database this tree migrated")
+    parser.add_argument("--old-url", required=True, help="a database the older tree migrated")
+    parser.add_argument("--old-sql", type=Path, required=True, help="the older tree's queries")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=6)
+    opts = parser.parse_args()
+    trees = {"old": (opts.old_url, load(opts.old_sql)), "new": (opts.url, load(NEW_SQL))}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    for _ in range(opts.rounds):
+        for name, (url, queries) in trees.items():
+            results[name].append(await cycle(url, queries, opts.jobs))
+    for name, rounds in results.items():
+        claim = statistics.median(r[0] for r in rounds)
+        write = statistics.median(r[1] for r in rounds)
+        print(
+            f"{name}: claim {claim:.0f} µs, outcome write {write:.0f} µs of server CPU per "
+            f"claim of 25 (claims by round: {[round(r[0]) for r in rounds]})"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
