@@ -65,11 +65,11 @@ class Sweeper:
         for lane in await self._db.fetch("lanes_list"):
             if await self._db.fetchval("lanes_sweep", lane["id"], from_start, SWEEP_WALK_LIMIT):
                 found += 1
+                self.found += 1
                 log.warning(
                     "queue %r, priority %d: found jobs left behind by a claim that did not "
                     "commit; claims take them now",
                     lane["queue"],
                     lane["priority"],
                 )
-        self.found += found
         return found
