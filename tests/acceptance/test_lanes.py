@@ -26,7 +26,9 @@ async def test_a_job_left_behind_the_hint_is_found_by_the_sweep_and_run(client, 
     # sweeps every lane from its start.
     await conn.fetchval(sql.query("lanes_open"), ["default"])
     elsewhere = await conn.fetchval(sql.query("workers_register"), "elsewhere", 1, ["default"])
-    claimed = await conn.fetch(sql.query("jobs_claim"), ["default"], [10], elsewhere, [], [], [None])
+    claimed = await conn.fetch(
+        sql.query("jobs_claim"), ["default"], [10], elsewhere, [], [], [None]
+    )
     assert [row["id"] for row in claimed] == [lost.id]
     async with conn.transaction():
         await conn.execute("SET LOCAL session_replication_role = replica")
