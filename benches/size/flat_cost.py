@@ -146,6 +146,20 @@ async def write_history(url: str, count: int) -> None:
         await conn.close()
 
 
+async def sizes(url: str) -> dict[str, float]:
+    """The jobs table and its indexes, MiB (what the history costs on disk)."""
+    conn = await asyncpg.connect(url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT pg_relation_size('awa.jobs') AS heap, "
+            "pg_indexes_size('awa.jobs') AS indexes, "
+            "pg_total_relation_size('awa.jobs') AS total"
+        )
+        return {name: value / 2**20 for name, value in row.items()}
+    finally:
+        await conn.close()
+
+
 async def plans(url: str) -> dict[str, Any]:
     """EXPLAIN ANALYZE of the inspection queries, as the client runs them."""
     conn = await asyncpg.connect(url)
@@ -197,6 +211,7 @@ async def phase(admin_url: str, name: str, args: argparse.Namespace) -> dict[str
             started = time.perf_counter()
             await write_history(url, args.history)
             result["setup_s"] = time.perf_counter() - started
+            result["history_sizes_mib"] = await sizes(url)
         if name in ("small", "history"):
             result.update(await insert_rates(url))
             await queue_jobs(url, args.probe)
