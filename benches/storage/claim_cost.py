@@ -1,9 +1,10 @@
 """What a claim and the write of its outcomes cost the server, this tree's
 SQL against an older tree's, interleaved.
 
-One connection claims 25 jobs at a time (``jobs_claim``) and a second writes
-their outcomes (``jobs_finish_batch``) until 20 000 jobs are done; the CPU
-time of each backend (``/proc/<pid>/stat``) per claim is the figure. The two
+One connection claims 25 jobs at a time (``jobs_claim``; ``--batch``) and a
+second writes their outcomes (``jobs_finish_batch``) until 20 000 jobs are
+done; the CPU time of each backend (``/proc/<pid>/stat``) per claim is the
+figure, with the median round trip of a claim as the client sees it. The two
 trees' queries run against two databases migrated by each tree (``--url``
 for this one, ``--old-url`` for the other, whose query files are read from
 ``--old-sql``), rounds interleaved, medians printed.
@@ -22,6 +23,7 @@ import asyncio
 import os
 import re
 import statistics
+import time
 from pathlib import Path
 
 import asyncpg
@@ -43,8 +45,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def cycle(url: str, queries: dict[str, str], jobs: int) -> tuple[float, float]:
-    """Server CPU per claim (µs) of the claiming and the writing backend."""
+async def cycle(
+    url: str, queries: dict[str, str], jobs: int, batch: int
+) -> tuple[float, float, float]:
+    """Server CPU per claim (µs) of the claiming and the writing backend, and
+    the median claim round trip (µs)."""
     claimer, writer = await asyncpg.connect(url), await asyncpg.connect(url)
     try:
         lanes = "lanes_open" in queries
@@ -66,16 +71,22 @@ async def cycle(url: str, queries: dict[str, str], jobs: int) -> tuple[float, fl
         finish = await writer.prepare(queries["jobs_finish_batch"])
         pids = [await c.fetchval("SELECT pg_backend_pid()") for c in (claimer, writer)]
         before = [cpu_s(pid) for pid in pids]
-        claims = 0
-        while rows := await claim.fetch(["q"], [25], 1, [], [], [None]):
-            claims += 1
+        round_trips = []
+        while True:
+            started = time.perf_counter()
+            rows = await claim.fetch(["q"], [batch], 1, [], [], [None])
+            if not rows:
+                break
+            round_trips.append(time.perf_counter() - started)
             n = len(rows)
             await finish.fetch(
                 [r["id"] for r in rows], [r["run_lease"] for r in rows],
                 ["completed"] * n, [None] * n, [0] * n, [None] * n,
             )  # fmt: skip
         after = [cpu_s(pid) for pid in pids]
-        return tuple((a - b) / claims * 1e6 for a, b in zip(after, before, strict=True))  # type: ignore[return-value]
+        claims = len(round_trips)
+        claim_cpu, write_cpu = ((a - b) / claims * 1e6 for a, b in zip(after, before, strict=True))
+        return claim_cpu, write_cpu, statistics.median(round_trips) * 1e6
     finally:
         await claimer.close()
         await writer.close()
@@ -88,18 +99,21 @@ async def main() -> None:
     parser.add_argument("--old-sql", type=Path, required=True, help="the older tree's queries")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=25, help="jobs per claim")
     opts = parser.parse_args()
     trees = {"old": (opts.old_url, load(opts.old_sql)), "new": (opts.url, load(NEW_SQL))}
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
     for _ in range(opts.rounds):
         for name, (url, queries) in trees.items():
-            results[name].append(await cycle(url, queries, opts.jobs))
+            results[name].append(await cycle(url, queries, opts.jobs, opts.batch))
     for name, rounds in results.items():
         claim = statistics.median(r[0] for r in rounds)
         write = statistics.median(r[1] for r in rounds)
+        trip = statistics.median(r[2] for r in rounds)
         print(
             f"{name}: claim {claim:.0f} µs, outcome write {write:.0f} µs of server CPU per "
-            f"claim of 25 (claims by round: {[round(r[0]) for r in rounds]})"
+            f"claim of {opts.batch} (claims by round: {[round(r[0]) for r in rounds]}); "
+            f"a claim's round trip {trip:.0f} µs"
         )
 
 
