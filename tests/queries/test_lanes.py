@@ -285,12 +285,12 @@ async def test_a_job_made_running_by_other_sql_is_recorded(conn):
     assert [row["id"] for row in orphans] == [job]
 
 
-async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
-    """Producers (some read first, some stay open a while) and claimers
-    (some roll back) for two seconds: every job is claimed exactly once,
-    with one sweep for the jobs of claims that rolled back."""
-    worker = await register_worker(conn)
-    rng = random.Random(7)
+async def produce_and_claim(
+    database_url: str, worker: int, rng: random.Random, *, claimers: int, rollbacks: float
+) -> tuple[list[int], list[int]]:
+    """Three producers (half their transactions read first, some stay open a
+    while) and ``claimers`` claimers (a ``rollbacks`` share of their claims
+    rolled back) for two seconds; the jobs inserted and the jobs taken."""
     stop = asyncio.Event()
     inserted: list[int] = []
     taken: list[int] = []
@@ -303,9 +303,9 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
                     if rng.random() < 0.5:
                         await connection.fetchval("SELECT 1")
                         await asyncio.sleep(rng.random() * 0.003)
-                    inserted.extend(await insert(connection, rng.randint(1, 5)))
+                    inserted.extend(await insert(connection, rng.randint(1, 8)))
                     if rng.random() < 0.3:
-                        await asyncio.sleep(rng.random() * 0.005)
+                        await asyncio.sleep(rng.random() * 0.004)
         finally:
             await connection.close()
 
@@ -313,7 +313,7 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
         connection = await asyncpg.connect(database_url)
         try:
             while not stop.is_set():
-                if rng.random() < 0.05:
+                if rng.random() < rollbacks:
                     transaction = connection.transaction()
                     await transaction.start()
                     await claim_ids(connection, worker, 5)
@@ -325,10 +325,21 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
             await connection.close()
 
     tasks = [asyncio.create_task(producer()) for _ in range(3)]
-    tasks += [asyncio.create_task(claimer()) for _ in range(3)]
+    tasks += [asyncio.create_task(claimer()) for _ in range(claimers)]
     await asyncio.sleep(2.0)
     stop.set()
     await asyncio.gather(*tasks)
+    return inserted, taken
+
+
+async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
+    """Producers and claimers (some rolling back) at once: every job is
+    claimed exactly once, with one sweep for the jobs of claims that rolled
+    back."""
+    worker = await register_worker(conn)
+    inserted, taken = await produce_and_claim(
+        database_url, worker, random.Random(7), claimers=3, rollbacks=0.05
+    )
     await conn.fetchval(Q("lanes_sweep"), (await lane(conn))["id"], False, 1_000_000)
     for _ in range(3):  # notes, lowerings and the sweep are each used up by one claim
         taken.extend(await claim_ids(conn, worker, 100_000))
@@ -339,43 +350,14 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
 async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep(
     conn, database_url
 ):
-    """Producers (some reading first, some staying open) and claimers at once:
-    with no claim rolled back, claims alone take every job, each exactly
-    once, and the sweep finds nothing behind the hint. (A claim that locked
-    a job its starting statement could not see once left it behind.)"""
+    """Producers and claimers at once: with no claim rolled back, claims
+    alone take every job, each exactly once, and the sweep finds nothing
+    behind the hint. (A claim that locked a job its starting statement could
+    not see once left it behind.)"""
     worker = await register_worker(conn)
-    rng = random.Random(11)
-    stop = asyncio.Event()
-    inserted: list[int] = []
-    taken: list[int] = []
-
-    async def producer() -> None:
-        connection = await asyncpg.connect(database_url)
-        try:
-            while not stop.is_set():
-                async with connection.transaction():
-                    if rng.random() < 0.5:
-                        await connection.fetchval("SELECT 1")
-                        await asyncio.sleep(rng.random() * 0.002)
-                    inserted.extend(await insert(connection, rng.randint(1, 10)))
-                    if rng.random() < 0.3:
-                        await asyncio.sleep(rng.random() * 0.003)
-        finally:
-            await connection.close()
-
-    async def claimer() -> None:
-        connection = await asyncpg.connect(database_url)
-        try:
-            while not stop.is_set():
-                taken.extend(await claim_ids(connection, worker, 10))
-        finally:
-            await connection.close()
-
-    tasks = [asyncio.create_task(producer()) for _ in range(3)]
-    tasks += [asyncio.create_task(claimer()) for _ in range(2)]
-    await asyncio.sleep(2.0)
-    stop.set()
-    await asyncio.gather(*tasks)
+    inserted, taken = await produce_and_claim(
+        database_url, worker, random.Random(11), claimers=2, rollbacks=0.0
+    )
     for _ in range(3):  # notes and lowerings are each used up by one claim
         taken.extend(await claim_ids(conn, worker, 100_000))
     assert len(inserted) > 100
