@@ -370,7 +370,8 @@ async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep
     assert sorted(taken) == sorted(inserted)
     assert swept == bool(left_behind)
     if left_behind:
-        # Known defect (docs/storage.md, "Lanes"): in about one run in five
-        # a claim passes one job with no claim rolled back, and only the
-        # sweep (every sweep_interval) takes it. Reported, not hidden.
+        # Known defect (docs/storage.md, "Lanes"): in some runs (2 of 10
+        # once, 0 of 16 another time) a claim passes one job with no claim
+        # rolled back, and only the sweep (every sweep_interval) takes it.
+        # Reported, not hidden.
         pytest.xfail(f"claims alone left {left_behind} behind the hint")
