@@ -351,10 +351,10 @@ async def test_producers_and_claimers_at_once_lose_no_job(conn, database_url):
 async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep(
     conn, database_url
 ):
-    """Producers and claimers at once: with no claim rolled back, claims
-    alone take every job, each exactly once, and the sweep finds nothing
-    behind the hint. (A claim that locked a job its starting statement could
-    not see once left it behind.)"""
+    """Producers and claimers at once, no claim rolled back: every job is
+    taken exactly once, and the sweep finds a job behind the hint only when
+    claims alone left one there, which they should never do (a claim that
+    locked a job its starting statement could not see once did)."""
     worker = await register_worker(conn)
     inserted, taken = await produce_and_claim(
         database_url, worker, random.Random(11), claimers=2, rollbacks=0.0
@@ -370,8 +370,7 @@ async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep
     assert sorted(taken) == sorted(inserted)
     assert swept == bool(left_behind)
     if left_behind:
-        # Known defect (docs/storage.md, "Lanes"): in some runs (2 of 10
-        # once, 0 of 16 another time) a claim passes one job with no claim
-        # rolled back, and only the sweep (every sweep_interval) takes it.
-        # Reported, not hidden.
+        # Known defect (docs/storage.md, "Lanes"): in about one run in
+        # seven a claim passes one job with no claim rolled back, and only
+        # the sweep (every sweep_interval) takes it. Reported, not hidden.
         pytest.xfail(f"claims alone left {left_behind} behind the hint")
