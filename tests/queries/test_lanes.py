@@ -261,6 +261,75 @@ async def test_a_claim_that_rolled_back_leaves_its_jobs_to_a_later_claim(conn, d
         await blocker.close()
 
 
+async def wait_until_blocked(conn: asyncpg.Connection, pid: int) -> None:
+    """Until session ``pid`` waits on a lock."""
+    for _ in range(500):
+        if await conn.fetchval(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+        ):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"session {pid} never waited on a lock")
+
+
+PAUSE_CLAIMS = """
+CREATE FUNCTION awa.test_pause_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4242000 + NEW.id);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_pause_claim BEFORE UPDATE ON awa.jobs FOR EACH ROW
+    WHEN (OLD.state = 'available' AND NEW.state = 'running')
+    EXECUTE FUNCTION awa.test_pause_claim();
+"""
+
+
+async def test_a_claim_building_on_a_newer_move_keeps_the_notes_it_did_not_cover(
+    conn, database_url
+):
+    """Two claims read the same move, whose notes name a transaction still
+    open. The first passes that transaction's jobs (it is in progress for
+    it) and moves the hint to its start; the transaction commits; the
+    second scans from the note, fills its claim with the first of those
+    jobs, finds the lane moved and builds on the first's move. It must keep
+    the note: it did not reach the rest of the transaction's jobs, which the
+    first's hint has passed. (The gap behind the known defect's counts.)"""
+    worker = await register_worker(conn)
+    assert await conn.fetchval(Q("lanes_open"), ["q"]) == 4
+    a1, a2, a3 = await insert(conn, 3)
+    writer, first, second, holder = [await asyncpg.connect(database_url) for _ in range(4)]
+    try:
+        await conn.execute(PAUSE_CLAIMS)  # before the writer holds the table
+        late = writer.transaction()
+        await late.start()
+        x1, x2 = await insert(writer, 2)
+        # A claim that fills up below the open transaction's jobs notes it.
+        assert await claim_ids(conn, worker, 2) == [a1, a2]
+        assert (await lane(conn))["note_xid"]
+        await holder.execute("SELECT pg_advisory_lock(4242000 + $1), pg_advisory_lock(4242000 + $2)", a3, x1)
+        # The first claim sees a3 only (the transaction is open) and comes
+        # up short; it pauses before its move.
+        first_claim = asyncio.create_task(claim_ids(first, worker, 10))
+        await wait_until_blocked(conn, first.get_server_pid())
+        await late.commit()
+        # The second scans from the note (the transaction has ended), skips
+        # a3 (held by the first) and fills its claim of one with x1.
+        second_claim = asyncio.create_task(claim_ids(second, worker, 1))
+        await wait_until_blocked(conn, second.get_server_pid())
+        await holder.execute("SELECT pg_advisory_unlock(4242000 + $1)", a3)
+        assert await asyncio.wait_for(first_claim, 5) == [a3]
+        await holder.execute("SELECT pg_advisory_unlock(4242000 + $1)", x1)
+        assert await second_claim == [x1]
+        assert await claim_ids(conn, worker) == [x2]
+    finally:
+        await conn.execute(
+            "DROP TRIGGER IF EXISTS test_pause_claim ON awa.jobs;"
+            "DROP FUNCTION IF EXISTS awa.test_pause_claim()"
+        )
+        for connection in (writer, first, second, holder):
+            await connection.close()
+
+
 async def test_each_claim_records_its_jobs_until_none_is_running(conn):
     worker = await register_worker(conn)
     ids = await insert(conn, 3)

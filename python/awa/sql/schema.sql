@@ -764,22 +764,21 @@ BEGIN
                 IF NOT moved THEN
                     -- The lane moved since this claim read it (that mover has
                     -- committed: this one holds the lock now). Build on the
-                    -- newest move, unless a move since lowered the hint for
-                    -- jobs this claim did not see: the higher hint of the
-                    -- two (a lowering of this claim's own stands), its notes
-                    -- but those this claim scanned for, and this claim's.
+                    -- newest move, with its notes but those this claim
+                    -- scanned for, and this claim's, when this claim's hint
+                    -- is the one to keep: it lowers (the newer moves did
+                    -- not, so theirs are higher), or it is at or past the
+                    -- newest's. Otherwise leave the lane alone: a hint
+                    -- below the newest's adds nothing, and the notes and
+                    -- lowerings this claim scanned for must stay, since its
+                    -- scan stopped below the newest's hint (a noted
+                    -- transaction may have keyed jobs between the two that
+                    -- the newest's mover could not see).
                     SELECT * INTO newest FROM awa.lane_moves AS mv
                     WHERE mv.lane_id = lane.id ORDER BY mv.seq DESC LIMIT 1;
-                    IF newest.gen = lane.gen THEN
-                        IF lowers THEN
-                            IF (newest.hint_run_at, newest.hint_id) < (next_run_at, next_id) THEN
-                                next_run_at := newest.hint_run_at;
-                                next_id := newest.hint_id;
-                            END IF;
-                        ELSIF (next_run_at, next_id) < (newest.hint_run_at, newest.hint_id) THEN
-                            next_run_at := newest.hint_run_at;
-                            next_id := newest.hint_id;
-                        END IF;
+                    IF newest.gen = lane.gen
+                       AND (lowers OR (next_run_at, next_id)
+                                      >= (newest.hint_run_at, newest.hint_id)) THEN
                         kept_xid := '{}';
                         kept_run_at := '{}';
                         kept_id := '{}';
