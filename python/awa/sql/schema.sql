@@ -684,7 +684,12 @@ BEGIN
                     FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
                           WHERE j.queue = lane.queue AND j.priority = lane.priority
                             AND (j.run_at, j.id) > (from_run_at, from_id)
-                            AND j.run_at <= now() AND j.state = 'available'
+                            -- up to the hint when it is past now() (a claim
+                            -- with a later start moved it): a noted
+                            -- transaction may have keyed jobs in between, due
+                            -- since, which this claim is the one to cover
+                            AND j.run_at <= greatest(now(), lane.hint_run_at)
+                            AND j.state = 'available'
                             -- maintenance fails jobs past their deadline
                             AND (j.deadline_at IS NULL OR j.deadline_at > now())
                           ORDER BY j.run_at, j.id
@@ -698,8 +703,8 @@ BEGIN
                     next_run_at := top_run_at;
                     next_id := picked[got];
                 ELSE
-                    -- Everything visible up to now() is claimed, or held by a
-                    -- claim in flight.
+                    -- Everything visible up to now() (or the hint, if later)
+                    -- is claimed, or held by a claim in flight.
                     next_run_at := greatest(now(), lane.hint_run_at);
                     next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
                 END IF;

@@ -1,16 +1,24 @@
--- awa schema, version 15: a claim that finds its lane moved keeps what it
--- did not cover.
+-- awa schema, version 15: two gaps in the claim's rules closed; a claim
+-- drops a transaction's note only once it has covered all the jobs the
+-- note stands for.
 --
--- A claim that reads a lane, then finds another claim moved it meanwhile,
--- builds its move on the newer one. It took the higher of the two hints and
--- dropped the notes it had scanned for. When the newer hint was the higher,
--- that lost jobs: this claim's scan stopped below it (a claim of one filled
--- with the first job of a noted transaction), and the newer move's claimer
--- had not seen that transaction's jobs (it was in progress then), so the
--- note was the only record of them; without it they waited for the sweep.
--- Now such a claim leaves the lane as the newer move has it (its own hint,
--- lower, adds nothing). tests/queries/test_lanes.py,
--- test_a_claim_building_on_a_newer_move_keeps_the_notes_it_did_not_cover.
+-- A claim that finds a noted transaction ended scans from the note's bound
+-- and drops the note. Two cases let it drop a note without having covered
+-- the transaction's jobs, which then waited behind the hint for the sweep
+-- (docs/storage.md, Lanes, and the two tests named below):
+--
+-- * It found its lane moved by another claim meanwhile and built its move
+--   on that one, taking the higher of the two hints. When the other's hint
+--   was the higher, this claim's scan had stopped below it (a claim of one
+--   filled with the transaction's first job), and the other claim had not
+--   seen the transaction's jobs (it was in progress then). Now such a claim
+--   leaves the lane as the newer move has it: its own, lower hint adds
+--   nothing (test_a_claim_building_on_a_newer_move_keeps_the_notes_it_did_not_cover).
+-- * Its transaction started before a claim with a later start moved the
+--   hint past it. It scanned only jobs keyed up to its own start, and kept
+--   the later hint, so the transaction's jobs keyed in between were never
+--   looked at. Now it scans up to the hint (such jobs are due: the hint was
+--   some claim's start) (test_a_claim_started_before_the_hint_covers_the_notes_it_drops).
 
 CREATE OR REPLACE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
                              timeout_kinds text[], kind_timeouts float8[],
@@ -146,7 +154,12 @@ BEGIN
                     FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
                           WHERE j.queue = lane.queue AND j.priority = lane.priority
                             AND (j.run_at, j.id) > (from_run_at, from_id)
-                            AND j.run_at <= now() AND j.state = 'available'
+                            -- up to the hint when it is past now() (a claim
+                            -- with a later start moved it): a noted
+                            -- transaction may have keyed jobs in between, due
+                            -- since, which this claim is the one to cover
+                            AND j.run_at <= greatest(now(), lane.hint_run_at)
+                            AND j.state = 'available'
                             -- maintenance fails jobs past their deadline
                             AND (j.deadline_at IS NULL OR j.deadline_at > now())
                           ORDER BY j.run_at, j.id
@@ -160,8 +173,8 @@ BEGIN
                     next_run_at := top_run_at;
                     next_id := picked[got];
                 ELSE
-                    -- Everything visible up to now() is claimed, or held by a
-                    -- claim in flight.
+                    -- Everything visible up to now() (or the hint, if later)
+                    -- is claimed, or held by a claim in flight.
                     next_run_at := greatest(now(), lane.hint_run_at);
                     next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
                 END IF;
