@@ -630,11 +630,17 @@ BEGIN
                        mv.note_xid, mv.note_run_at, mv.note_id,
                        EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
                            AS has_lowerings,
-                       EXISTS (SELECT FROM awa.jobs AS j
-                               WHERE j.queue = lanes.queue AND j.priority = lanes.priority
-                                 AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
-                                 AND j.run_at <= now() AND j.state = 'available'
-                                 AND (j.deadline_at IS NULL OR j.deadline_at > now())) AS has_jobs
+                       -- In the lane index's order: as an EXISTS, the planner
+                       -- took a table with many jobs of the queue for one where
+                       -- any row would do, and read the whole table for each
+                       -- empty lane.
+                       (SELECT j.id FROM awa.jobs AS j
+                        WHERE j.queue = lanes.queue AND j.priority = lanes.priority
+                          AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
+                          AND j.run_at <= now() AND j.state = 'available'
+                          AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                        ORDER BY j.run_at, j.id
+                        LIMIT 1) IS NOT NULL AS has_jobs
                 FROM tx, awa.lanes
                 CROSS JOIN LATERAL (SELECT * FROM awa.lane_moves
                                     WHERE lane_moves.lane_id = lanes.id
