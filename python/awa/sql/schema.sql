@@ -560,6 +560,10 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
                attempt_deadline_at timestamptz)
 LANGUAGE plpgsql
+-- One plan per statement, made once per session: planning each statement
+-- again for every claim (the choice plpgsql makes by itself here) was a
+-- fifth of a claim's server time.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
