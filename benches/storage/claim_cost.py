@@ -12,8 +12,10 @@ for this one, ``--old-url`` for the other, whose query files are read from
     python benches/storage/claim_cost.py --url postgresql://.../new_db \\
         --old-url postgresql://.../old_db --old-sql /path/to/old/python/awa/sql/queries
 
-Both databases must be migrated already (each by its own awa). The server
-must be on this machine (the backends' CPU is read from /proc).
+``--no-session-setup`` leaves the sessions as a worker behind a pooler
+leaves them (no ``jobs_claim_prepare_session``). Both databases must be
+migrated already (each by its own awa). The server must be on this machine
+(the backends' CPU is read from /proc).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def cpu_s(pid: int) -> float:
 
 
 async def cycle(
-    url: str, queries: dict[str, str], jobs: int, batch: int
+    url: str, queries: dict[str, str], jobs: int, batch: int, session_setup: bool
 ) -> tuple[float, float, float]:
     """Server CPU per claim (µs) of the claiming and the writing backend, and
     the median claim round trip (µs)."""
@@ -63,8 +65,9 @@ async def cycle(
             jobs,
         )
         await claimer.execute("ANALYZE awa.jobs")
-        await claimer.execute(queries["jobs_claim_prepare_session"])
-        await writer.execute(queries["jobs_write_prepare_session"])
+        if session_setup:
+            await claimer.execute(queries["jobs_claim_prepare_session"])
+            await writer.execute(queries["jobs_write_prepare_session"])
         if lanes:
             await claimer.fetchval(queries["lanes_open"], ["q"])
         claim = await claimer.prepare(queries["jobs_claim"])
@@ -100,12 +103,19 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batch", type=int, default=25, help="jobs per claim")
+    parser.add_argument(
+        "--no-session-setup",
+        action="store_true",
+        help="leave the sessions' settings alone, as a worker behind a pooler does",
+    )
     opts = parser.parse_args()
     trees = {"old": (opts.old_url, load(opts.old_sql)), "new": (opts.url, load(NEW_SQL))}
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
     for _ in range(opts.rounds):
         for name, (url, queries) in trees.items():
-            results[name].append(await cycle(url, queries, opts.jobs, opts.batch))
+            results[name].append(
+                await cycle(url, queries, opts.jobs, opts.batch, not opts.no_session_setup)
+            )
     for name, rounds in results.items():
         claim = statistics.median(r[0] for r in rounds)
         write = statistics.median(r[1] for r in rounds)

@@ -40,8 +40,14 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
 LANGUAGE plpgsql
 -- One plan per statement, made once per session: planning each statement
 -- again for every claim (the choice plpgsql makes by itself here) was a
--- fifth of a claim's server time.
+-- fifth of a claim's server time. With the other two settings the
+-- worker's claiming session has (jobs_claim_prepare_session, where the old
+-- one-statement claim needed them): no sequential scan, since every table
+-- this reads has an index for its access, and no JIT. A worker behind a
+-- pooler cannot set up its session; its claims now plan the same way.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
