@@ -72,12 +72,18 @@ async def wait_until_settled(
     return await eventually(settled, timeout=timeout)
 
 
-async def table_counters(connection: asyncpg.Connection, table: str) -> asyncpg.Record:
-    """awa.<table>'s cumulative row counters (``n_tup_ins``, ``n_tup_upd``,
-    ``n_tup_hot_upd``, ``n_tup_del``), this session's writes included."""
+async def flush_statistics(connection: asyncpg.Connection) -> None:
+    """Makes this session's table statistics, and every other session's
+    flushed so far, visible to its next read of ``pg_stat_user_tables``."""
     await connection.execute("SELECT pg_stat_force_next_flush()")
     await connection.execute("SELECT 1")  # the flush happens as a statement ends
     await connection.execute("SELECT pg_stat_clear_snapshot()")
+
+
+async def table_counters(connection: asyncpg.Connection, table: str) -> asyncpg.Record:
+    """awa.<table>'s cumulative row counters (``n_tup_ins``, ``n_tup_upd``,
+    ``n_tup_hot_upd``, ``n_tup_del``), this session's writes included."""
+    await flush_statistics(connection)
     return await connection.fetchrow(
         "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
         "WHERE schemaname = 'awa' AND relname = $1",

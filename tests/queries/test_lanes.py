@@ -16,6 +16,7 @@ import asyncpg
 import awa
 from awa import sql
 from tests.queries.test_jobs_queries import claim, finish, register_worker
+from tests.support import eventually, flush_statistics
 
 Q = sql.query
 
@@ -262,13 +263,11 @@ async def test_a_claim_that_rolled_back_leaves_its_jobs_to_a_later_claim(conn, d
 
 async def wait_until_blocked(conn: asyncpg.Connection, pid: int) -> None:
     """Until session ``pid`` waits on a lock."""
-    for _ in range(500):
-        if await conn.fetchval(
+    await eventually(
+        lambda: conn.fetchval(
             "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
-        ):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"session {pid} never waited on a lock")
+        )
+    )
 
 
 PAUSE_CLAIMS = """
@@ -358,8 +357,7 @@ async def test_a_claim_started_before_the_hint_covers_the_notes_it_drops(conn, d
 
 
 async def jobs_seq_scans(conn: asyncpg.Connection) -> int:
-    await conn.execute("SELECT pg_stat_force_next_flush()")
-    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    await flush_statistics(conn)
     return await conn.fetchval(
         "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'awa.jobs'::regclass"
     )
