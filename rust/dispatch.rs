@@ -122,12 +122,16 @@ impl QueueSlots {
 
     /// Jobs a claim may take now: free slots plus the prefetch allowance.
     /// While prefetched jobs keep the slots busy, a claim waits until it
-    /// can be a full one (`batch` jobs, or all the queue can hold): claims
-    /// of a few jobs each would cost the database as much per claim.
+    /// can be a full one: claims of a few jobs each would cost the database
+    /// as much per claim. Full is `batch` jobs, all the queue can hold, or
+    /// half the allowance, whichever is least, so the other half keeps the
+    /// slots busy while the claim is in flight.
     fn room(&self, prefetch: Prefetch, batch: u32) -> u32 {
-        let capacity = self.max_workers + self.ahead(prefetch);
+        let ahead = self.ahead(prefetch);
+        let capacity = self.max_workers + ahead;
         let room = capacity.saturating_sub(self.taken());
-        if !self.waiting.is_empty() && room < batch.min(capacity) {
+        let full = batch.min(capacity).min((ahead / 2).max(1));
+        if !self.waiting.is_empty() && room < full {
             0
         } else {
             room
@@ -680,6 +684,37 @@ mod tests {
         d.finish(1, Some(0.001));
         assert_eq!(d.start_next(0), Some(5));
         assert!(d.plan_claim().is_some(), "a full batch fits again");
+    }
+
+    #[test]
+    fn while_jobs_wait_a_claim_keeps_half_the_allowance_in_reserve() {
+        // 4 slots of 10 ms handlers may hold 4 × 0.05 s ÷ 0.01 s = 20 jobs
+        // ahead; a batch of 100 could never be full while jobs wait.
+        let prefetch = Prefetch {
+            jobs: 200,
+            wait_s: 0.05,
+        };
+        let mut d = Dispatcher::new(vec![("q".into(), 4)], 100, None, prefetch).unwrap();
+        run_one(&mut d, 100, 0.01);
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 24)], "4 slots and 20 ahead");
+        for id in 1..=24 {
+            d.start(&mut plan, id, 1, 0);
+        }
+        d.settle_claim(&plan, false);
+        // 4 run, 20 wait: the next claim waits until 10 places are free.
+        for id in 1..=9 {
+            d.finish(id, Some(0.01));
+            assert!(d.start_next(0).is_some());
+            assert!(!d.can_claim(), "{id} places free, 10 wanted");
+        }
+        d.finish(10, Some(0.01));
+        assert!(d.start_next(0).is_some());
+        assert_eq!(
+            d.plan_claim().unwrap().wanted,
+            vec![(0, 10)],
+            "10 jobs still wait while it is in flight"
+        );
     }
 
     #[test]

@@ -32,9 +32,11 @@ class WorkerConfig:
     """How a worker process claims, runs and reports jobs. Times are seconds."""
 
     queues: tuple[tuple[str, int], ...]
-    #: Claim at most this many jobs per queue in one statement. Smaller
-    #: claims refill freed slots sooner; larger ones cost the database less.
-    claim_batch_size: int = 25
+    #: Claim at most this many jobs per queue in one statement. A claim
+    #: costs the database and the worker about the same whatever its size,
+    #: so larger ones cost less per job; a claim never takes more than the
+    #: queue's free slots and prefetch allowance.
+    claim_batch_size: int = 100
     #: Claims that may be in flight at once (each on its own connection).
     claim_concurrency: int = 1
     #: Jobs per queue claimed ahead of free slots, so a freed slot starts
@@ -44,14 +46,18 @@ class WorkerConfig:
     #: its handlers has finished), so long jobs are never held back in one
     #: process while another has a free slot. While prefetched jobs keep
     #: the slots busy, claims wait until they can take a full
-    #: ``claim_batch_size``. A prefetched job is ``running`` in the database
-    #: while it waits, its attempt's deadline counts from the claim, and
-    #: shutdown gives it back unrun. ``global_max_workers`` turns prefetch
-    #: off (a waiting job would hold a place under the cap).
-    prefetch: int = 25
+    #: ``claim_batch_size`` or half the queue's allowance, whichever is
+    #: less (the other half keeps the slots busy while the claim is in
+    #: flight). A prefetched job is ``running`` in the database while it
+    #: waits, its attempt's deadline counts from the claim, and shutdown
+    #: gives it back unrun. ``global_max_workers`` turns prefetch off (a
+    #: waiting job would hold a place under the cap).
+    prefetch: int = 200
     #: Seconds a prefetched job should expect to wait for its slot, at
-    #: most; see ``prefetch`` (0: never prefetch).
-    prefetch_wait: float = 0.05
+    #: most; see ``prefetch`` (0: never prefetch). A few claims' round
+    #: trips: enough to keep short handlers' slots busy, while a more
+    #: urgent job inserted meanwhile waits no longer than this.
+    prefetch_wait: float = 0.005
     #: Cap on handlers running at once across all queues (None: sum of queues).
     global_max_workers: int | None = None
     #: Poll for jobs this often even without notifications (the fallback).

@@ -303,19 +303,16 @@ def test_short_handlers_claim_ahead_and_prefetched_jobs_wait() -> None:
 
 
 def test_a_freed_slot_goes_to_the_longest_waiting_job_unless_told_not_to() -> None:
-    dispatcher = prefetching(2, 2)
-    assert claim(dispatcher, [(1, "q"), (2, "q"), (3, "q"), (4, "q")]) == [
-        "run",
-        "run",
-        "wait",
-        "wait",
-    ]
-    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (2, 2)
-    # While jobs wait, a claim waits until it can be a full one.
-    assert dispatcher.finish(1, 0.001, True) == (False, 3)
-    assert dispatcher.finish(2, 0.001) == (False, None), "start_next defaults to False"
-    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (1, 1)
-    assert sorted(dispatcher.held()[0]) == [3, 4]
+    dispatcher = prefetching(2, 4)
+    jobs = [(job_id, "q") for job_id in range(1, 7)]
+    assert claim(dispatcher, jobs) == ["run", "run", "wait", "wait", "wait", "wait"]
+    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (2, 4)
+    # While jobs wait, a claim waits until it can be a full one: here half
+    # the allowance of 4, the other half keeping the slots busy meanwhile.
+    assert dispatcher.finish(1, 0.001, True) == (False, 3), "one place of the two"
+    assert dispatcher.finish(2, 0.001) == (True, None), "start_next defaults to False"
+    assert (dispatcher.running("q"), dispatcher.waiting("q")) == (1, 3)
+    assert sorted(dispatcher.held()[0]) == [3, 4, 5, 6]
 
 
 def test_a_waiting_job_that_leaves_frees_no_running_slot() -> None:
