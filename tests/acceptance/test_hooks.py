@@ -38,13 +38,14 @@ class Recorder:
         return await eventually(enough)
 
 
-async def orphan(conn, job_id: int) -> None:
+async def orphan(conn, job_id: int, worker_id: int = 987654321) -> None:
     """Makes the job look held by a worker that died: running, under a
     worker id that does not exist."""
     await conn.execute(
         "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = run_lease + 1, "
-        "worker_id = 987654321 WHERE id = $1",
+        "worker_id = $2 WHERE id = $1",
         job_id,
+        worker_id,
     )
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import awa
+from awa.sql import query
 from awa.worker.control import fingerprint
 from tests.acceptance.test_hooks import orphan
 from tests.support import FAST_WORKER, eventually, job_row, wait_for_state
@@ -18,12 +19,12 @@ async def test_a_crash_looping_fingerprint_is_held_until_released(client, conn):
     async def render(job):
         return None
 
-    # Three jobs with the same arguments whose workers all died, and one
-    # with other arguments.
+    # Three jobs with the same arguments, each of whose workers died (three
+    # workers), and one with other arguments.
     poison = [await client.insert({"doc": 13}, kind="render") for _ in range(3)]
     healthy = await client.insert({"doc": 14}, kind="render", run_at=_soon())
-    for job in poison:
-        await orphan(conn, job.id)
+    for dead_worker, job in enumerate(poison, start=987654321):
+        await orphan(conn, job.id, dead_worker)
     await client.start([("default", 2)], quarantine_threshold=3, **FAST_WORKER)
 
     async def quarantined() -> list[awa.QuarantinedFingerprint]:
@@ -72,6 +73,41 @@ async def test_crashes_below_the_threshold_are_watched_not_held(client, conn):
     await wait_for_state(conn, job.id, "completed", timeout=30)
     row = await job_row(conn, job.id)
     assert json.loads(row["errors"])[0]["type"] == "WorkerCrash"
+
+
+async def test_one_worker_dying_with_many_jobs_of_a_fingerprint_is_one_crash(client, conn):
+    # A worker holds many jobs at once (slots and prefetch): when it dies,
+    # jobs of one fingerprint that it held are one crash against it, not
+    # one each, or any kind whose arguments repeat would be quarantined by
+    # a single unrelated kill.
+    @client.task(dict, kind="render")
+    async def render(job):
+        return None
+
+    held_together = [await client.insert({"doc": 7}, kind="render") for _ in range(5)]
+    for job in held_together:
+        await orphan(conn, job.id, 987654321)
+    await client.start([("default", 2)], quarantine_threshold=3, **FAST_WORKER)
+
+    for job in held_together:
+        await wait_for_state(conn, job.id, "completed", timeout=30)
+    [entry] = await client.list_quarantine(include_watched=True)
+    assert entry.crashes == 1 and not entry.held
+    assert {(await job_row(conn, job.id))["crashes"] for job in held_together} == {1}
+
+
+async def test_a_dead_worker_is_counted_once_however_its_jobs_are_batched(client, conn):
+    # The rescuer records crashes in batches; a worker whose jobs span two
+    # batches still counts once.
+    jobs = [await client.insert({"doc": 8}, kind="render") for _ in range(4)]
+    record = query("quarantine_record_crashes")
+    dead = 987654321
+    first = await conn.fetch(record, [jobs[0].id, jobs[1].id], 3600.0, 3, [dead, dead])
+    second = await conn.fetch(record, [jobs[2].id, jobs[3].id], 3600.0, 3, [dead, dead])
+    assert [row["crashes"] for row in first] == [1]
+    assert second == []  # nothing new to count
+    other_worker = await conn.fetch(record, [jobs[3].id], 3600.0, 3, [123])
+    assert [row["crashes"] for row in other_worker] == [2]
 
 
 async def test_fingerprints_ignore_key_order_and_release_checks_its_input(client, conn):

@@ -128,7 +128,9 @@ class Rescuer:
             rescued += count
             log.warning("rescued %d orphaned jobs (%s)", count, ", ".join(map(str, ids[:10])))
             if changed:
-                await self._count_crashes([row["id"] for row in changed])
+                held_by = {row["id"]: row["worker_id"] for row in orphans}
+                crashed = [row["id"] for row in changed]
+                await self._count_crashes(crashed, [held_by[job_id] for job_id in crashed])
             observed = [row["id"] for row in changed if self._observes(row["kind"])]
             if observed:
                 await self._after_rescue(observed, RescueReason.StaleHeartbeat)
@@ -238,14 +240,16 @@ class Rescuer:
             if len(rows) < RESCUE_BATCH_SIZE:
                 return expired
 
-    async def _count_crashes(self, job_ids: list[int]) -> None:
-        """Each crash counts against its job's fingerprint; too many in the
-        window quarantine it (claims hold its jobs)."""
+    async def _count_crashes(self, job_ids: list[int], worker_ids: list[int | None]) -> None:
+        """Each dead worker counts one crash against the fingerprint of the
+        jobs it held; too many in the window quarantine it (claims hold its
+        jobs)."""
         counted = await self._db.fetch(
             "quarantine_record_crashes",
             job_ids,
             self._quarantine_window_s,
             self._quarantine_threshold,
+            worker_ids,
         )
         for row in counted:
             if row["newly_quarantined"]:

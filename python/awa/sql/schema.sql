@@ -312,7 +312,8 @@ CREATE FUNCTION awa.job_fingerprint(kind text, args jsonb) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT substring(sha256(convert_to(kind || chr(31) || args::text, 'UTF8')) FROM 1 FOR 16) $$;
 
--- Worker crashes by fingerprint; quarantined ones are held at claim.
+-- Worker crashes by fingerprint, one per dead worker that held jobs of it;
+-- quarantined ones are held at claim.
 CREATE TABLE awa.quarantine (
     fingerprint    bytea PRIMARY KEY,
     kind           text NOT NULL,
@@ -321,7 +322,8 @@ CREATE TABLE awa.quarantine (
     last_crash_at  timestamptz NOT NULL,
     last_job_id    bigint NOT NULL,
     quarantined_at timestamptz,
-    reason         text
+    reason         text,
+    last_worker_id bigint  -- the last dead worker counted, so it counts once
 );
 
 CREATE INDEX quarantine_held_idx ON awa.quarantine (fingerprint)

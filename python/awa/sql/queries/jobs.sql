@@ -849,7 +849,9 @@ WHERE run_at < 'infinity';  -- jobs held by quarantine are never due
 -- $1 seconds past their deadline belong to jobs_attempts_expired (a
 -- timed-out attempt, not a crash): the two sets are disjoint, so one that
 -- crosses its deadline during a pass is rescued by the next pass's deadline
--- step, never as a crash.
+-- step, never as a crash. Read worker by worker, so a worker's jobs split
+-- across two batches only at a batch's end (quarantine_record_crashes counts
+-- each dead worker once per fingerprint).
 WITH orphaned AS (
     SELECT DISTINCT unnest(claims.job_ids) AS id, claims.worker_id
     FROM awa.claims
@@ -859,13 +861,14 @@ WITH orphaned AS (
           AND workers.heartbeat_at > now() - $1::float8 * interval '1 second'
     )
 )
-SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes
+SELECT jobs.id, jobs.run_lease, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
+       orphaned.worker_id
 FROM orphaned
 JOIN awa.jobs AS jobs ON jobs.id = orphaned.id
 WHERE jobs.state = 'running' AND jobs.worker_id IS NOT DISTINCT FROM orphaned.worker_id
   AND (jobs.attempt_deadline_at IS NULL
        OR jobs.attempt_deadline_at >= now() - $1::float8 * interval '1 second')
-ORDER BY jobs.id
+ORDER BY orphaned.worker_id, jobs.id
 LIMIT $2;
 
 -- name: jobs_summary_by_tag

@@ -1,23 +1,39 @@
 -- name: quarantine_record_crashes
--- Counts one crash per rescued job ($1 ids) against its fingerprint. A
--- window of $2 seconds starts at a fingerprint's first crash; $3 crashes
--- inside it quarantine the fingerprint (claims hold its jobs). A crash after
--- the window starts a new one. Returns every fingerprint counted, with
+-- Counts the crashes of rescued jobs ($1 ids, $4 the worker that held each)
+-- against their fingerprints: one per worker that died holding jobs of it,
+-- however many it held (a worker holds many at once, and one unrelated kill
+-- must not quarantine a kind whose arguments repeat) and however the rescue
+-- batched them (a worker already counted last for the fingerprint is not
+-- counted again; the rescue reads orphans worker by worker). A window of
+-- $2 seconds starts at a fingerprint's first crash; $3 crashes inside it
+-- quarantine the fingerprint (claims hold its jobs). A crash after the
+-- window starts a new one. Returns every fingerprint counted, with
 -- newly_quarantined set for those quarantined by this call.
-WITH crashed AS (
-    SELECT awa.job_fingerprint(kind, args) AS fingerprint, kind,
-           max(id) AS job_id, count(*)::integer AS crashes
-    FROM awa.jobs
-    WHERE id = ANY ($1::bigint[])
+WITH held AS (
+    SELECT awa.job_fingerprint(jobs.kind, jobs.args) AS fingerprint, jobs.kind,
+           max(jobs.id) AS job_id,
+           array_agg(DISTINCT rescued.worker_id) AS workers,
+           max(rescued.worker_id) AS last_worker_id
+    FROM unnest($1::bigint[], $4::bigint[]) AS rescued(job_id, worker_id)
+    JOIN awa.jobs ON jobs.id = rescued.job_id
     GROUP BY 1, 2
+), crashed AS (
+    SELECT held.fingerprint, held.kind, held.job_id, held.last_worker_id,
+           (cardinality(held.workers)
+            - CASE WHEN q.last_worker_id = ANY (held.workers) THEN 1 ELSE 0 END)::integer
+               AS crashes
+    FROM held
+    LEFT JOIN awa.quarantine AS q ON q.fingerprint = held.fingerprint
 ), counted AS (
     INSERT INTO awa.quarantine AS q (fingerprint, kind, crashes, window_started_at,
-                                     last_crash_at, last_job_id, quarantined_at, reason)
-    SELECT fingerprint, kind, crashes, now(), now(), job_id,
+                                     last_crash_at, last_job_id, last_worker_id,
+                                     quarantined_at, reason)
+    SELECT fingerprint, kind, crashes, now(), now(), job_id, last_worker_id,
            CASE WHEN crashes >= $3::integer THEN now() END,
            CASE WHEN crashes >= $3::integer
                 THEN format('%s worker crashes within %s s', crashes, $2::float8) END
     FROM crashed
+    WHERE crashes > 0
     ON CONFLICT (fingerprint) DO UPDATE SET
         crashes = CASE WHEN q.quarantined_at IS NULL
                         AND q.window_started_at < now() - $2::float8 * interval '1 second'
@@ -27,6 +43,7 @@ WITH crashed AS (
                                  THEN now() ELSE q.window_started_at END,
         last_crash_at = now(),
         last_job_id = excluded.last_job_id,
+        last_worker_id = excluded.last_worker_id,
         quarantined_at = coalesce(q.quarantined_at, CASE
             WHEN q.window_started_at >= now() - $2::float8 * interval '1 second'
              AND q.crashes + excluded.crashes >= $3::integer THEN now() END),
