@@ -22,6 +22,9 @@ import urllib.parse
 import asyncpg
 
 POLL_INTERVAL_S = 0.05  # how often the database is asked for the completed count
+# Near the end the count is read more often, so a run's end is known to within
+# this instead of within POLL_INTERVAL_S (on a 0.6 s run, 50 ms is 8 %).
+FINAL_POLL_S = 0.005
 STATS_FLUSH_S = 1.5  # PG15 backends flush table statistics at most once a second
 SLEEP_HANDLER_S = 0.01
 PICKUP_CONCURRENCY = 10
@@ -159,6 +162,7 @@ class Monitor:
     async def wait_completed(self, adapter, n: int, timeout_s: float) -> float:
         """Poll until the system's tables show ``n`` completed; return perf_counter then."""
         deadline = time.perf_counter() + timeout_s
+        last_done, last_at = 0, time.perf_counter()
         while True:
             adapter.check_worker()
             done = await self.conn.fetchval(adapter.completed_sql)
@@ -167,10 +171,20 @@ class Monitor:
                 return now
             if now > deadline:
                 raise TimeoutError(f"only {done} of {n} jobs completed after {timeout_s}s")
-            await asyncio.sleep(POLL_INTERVAL_S)
+            await asyncio.sleep(next_poll_s(n - done, done - last_done, now - last_at))
+            last_done, last_at = done, now
 
     async def close(self) -> None:
         await self.conn.close()
+
+
+def next_poll_s(remaining: int, done_since_last: int, seconds_since_last: float) -> float:
+    """Until the rate of the last interval says the run ends within the next
+    one, poll every POLL_INTERVAL_S; from there, every FINAL_POLL_S."""
+    if done_since_last <= 0:
+        return POLL_INTERVAL_S
+    expected_s = remaining * seconds_since_last / done_since_last
+    return min(POLL_INTERVAL_S, max(FINAL_POLL_S, expected_s))
 
 
 def cpu_ms_between(before: dict[int, int], after: dict[int, int]) -> float:

@@ -1,0 +1,184 @@
+"""What a bulk COPY of 20 000 jobs costs the server, on ``awa.jobs`` as
+migrated and on variants of it with one thing taken away or changed.
+
+Each variant gets a fresh database migrated by this tree, then the change
+(``--variants``; see ``VARIANTS``). Rounds interleave the variants; each
+COPYs the rows ``enqueue_many_copy`` would send (``InsertRows.copy_text``,
+the enqueue time read first as ``jobs_copy_start`` does) inside a
+transaction, and reads the backend's CPU time (``/proc/<pid>/schedstat``)
+and the WAL written. Every fifth round truncates the table and checkpoints,
+so the table stays within 100 000 rows. Medians are printed.
+
+    python benches/storage/copy_cost.py --admin-url postgresql://postgres@127.0.0.1:55432/postgres
+
+The server must be on this machine (the backend's CPU is read from /proc);
+the databases ``awa_copy_<variant>`` are dropped and made again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import io
+import statistics
+import time
+
+import asyncpg
+
+import awa
+from awa.databases import create_database, drop_database, with_database
+
+JOBS = 20_000
+KIND = "bench_job"
+QUEUE = "bench"
+
+CHECKS = (
+    "jobs_priority_range", "jobs_max_attempts_range", "jobs_max_crashes_range",
+    "jobs_kind_length", "jobs_queue_length", "jobs_tags_count", "jobs_args_object",
+    "jobs_unique_states_valid", "jobs_unique_complete", "jobs_failure_reason_known",
+    "jobs_timeout_positive",
+)  # fmt: skip
+PARTIAL_INDEXES = (
+    "awa.jobs_unique_key_idx", "awa.jobs_callback_idx", "awa.jobs_callback_timeout_idx",
+    "awa.jobs_deadline_idx", "awa.jobs_dead_letter_idx",
+)  # fmt: skip
+
+#: What each variant changes after migrating.
+VARIANTS: dict[str, list[str]] = {
+    "as-migrated": [],
+    "no-lane-index": ["DROP INDEX awa.jobs_lane_idx"],
+    "lane-index-fixed-width": [
+        # (priority, run_at, id): the lane index without its text column.
+        "DROP INDEX awa.jobs_lane_idx",
+        "CREATE INDEX jobs_lane_idx ON awa.jobs (priority, run_at, id)",
+    ],
+    "fillfactor-70": ["ALTER TABLE awa.jobs SET (fillfactor = 70)"],
+    "no-checks": [
+        "ALTER TABLE awa.jobs " + ", ".join(f"DROP CONSTRAINT {name}" for name in CHECKS)
+    ],
+    "no-partial-indexes": ["DROP INDEX " + ", ".join(PARTIAL_INDEXES)],
+    "no-triggers": ["ALTER TABLE awa.jobs DISABLE TRIGGER USER"],
+    # The table as migrated, the same rows in COPY's binary format.
+    "binary-format": [],
+}
+BINARY_VARIANTS = {"binary-format"}
+
+
+def backend_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/schedstat") as stat:
+        return int(stat.read().split()[0]) / 1e9
+
+
+class Variant:
+    def __init__(self, name: str, client: awa.AsyncClient, conn: asyncpg.Connection, pid: int):
+        self.name = name
+        self.client = client
+        self.conn = conn
+        self.pid = pid
+        self.wall_ms: list[float] = []
+        self.cpu_ms: list[float] = []
+        self.wal_per_job: list[float] = []
+
+    @classmethod
+    async def open(cls, admin_url: str, name: str) -> Variant:
+        database = "awa_copy_" + name.replace("-", "_")
+        await drop_database(admin_url, database)
+        await create_database(admin_url, database)
+        url = with_database(admin_url, database)
+        client = awa.AsyncClient(url)
+        await client.migrate()
+        client.task(dict, kind=KIND, queue=QUEUE)(_never_run)
+        conn = await asyncpg.connect(url)
+        for statement in VARIANTS[name]:
+            await conn.execute(statement)
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        return cls(name, client, conn, pid)
+
+    async def copy_once(self, payloads: list[dict], truncate: bool) -> None:
+        rows, _ = self.client._rows(payloads, None, {"kind": KIND, "queue": QUEUE}, copy=True)
+        columns = list(rows.copy_columns(False))
+        if truncate:
+            await self.conn.execute("TRUNCATE awa.jobs")
+            await self.conn.execute("CHECKPOINT")
+        async with self.conn.transaction():
+            enqueued_us = await self.conn.fetchval(
+                "SELECT (extract(epoch FROM awa.enqueue_time_v1()) * 1000000)::bigint"
+            )
+            text = rows.copy_text(enqueued_us, None)
+            records = binary_records(text) if self.name in BINARY_VARIANTS else None
+            wal_before = await self.conn.fetchval("SELECT pg_current_wal_insert_lsn()")
+            cpu_before, started = backend_cpu_s(self.pid), time.perf_counter()
+            if records is None:
+                await self.conn.copy_to_table(
+                    "jobs", schema_name="awa", columns=columns, source=io.BytesIO(text)
+                )
+            else:
+                # asyncpg sends records in the binary format; the records are
+                # made before the clock starts, so what differs is the server.
+                await self.conn.copy_records_to_table(
+                    "jobs", schema_name="awa", columns=columns, records=records
+                )
+            wall_s, cpu_s = time.perf_counter() - started, backend_cpu_s(self.pid) - cpu_before
+            wal = await self.conn.fetchval(
+                "SELECT pg_current_wal_insert_lsn() - $1::pg_lsn", wal_before
+            )
+        self.wall_ms.append(wall_s * 1000)
+        self.cpu_ms.append(cpu_s * 1000)
+        self.wal_per_job.append(float(wal) / len(payloads))
+
+    async def close(self) -> None:
+        await self.conn.close()
+        await self.client.close()
+
+
+def binary_records(text: bytes) -> list[tuple]:
+    """The rows of ``copy_text`` (no tags, metadata or limits) as values."""
+    records = []
+    for line in text.decode().splitlines():
+        kind, queue, args, state, priority, max_attempts, max_crashes, _, _, run_at = (
+            line.split("\t")
+        )
+        records.append((
+            kind, queue, args, state, int(priority), int(max_attempts), int(max_crashes),
+            None, None, datetime.datetime.fromisoformat(run_at),
+        ))  # fmt: skip
+    return records
+
+
+async def _never_run(job: object) -> None:
+    raise AssertionError("no worker runs here")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--admin-url", required=True)
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    opts = parser.parse_args()
+    names = opts.variants.split(",")
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
+    variants = [await Variant.open(opts.admin_url, name) for name in names]
+    payloads = [{"i": i} for i in range(JOBS)]
+    try:
+        for round_number in range(opts.rounds):
+            for variant in variants:
+                await variant.copy_once(payloads, truncate=round_number % 5 == 0)
+    finally:
+        for variant in variants:
+            await variant.close()
+    print(f"COPY of {JOBS} jobs, medians of {opts.rounds} rounds")
+    print("| variant | wall ms | backend CPU ms | WAL bytes / job |")
+    print("|---|---|---|---|")
+    for variant in variants:
+        print(
+            f"| {variant.name} | {statistics.median(variant.wall_ms):.1f} "
+            f"| {statistics.median(variant.cpu_ms):.1f} "
+            f"| {statistics.median(variant.wal_per_job):.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
