@@ -87,12 +87,15 @@ bench-peers: $(STAMP) ## Side by side with awa-pg, pgqueuer, procrastinate, a pl
 
 # The peer workloads as pytest-benchmark groups (benches/compare). AWA_BENCH_QUICK=1
 # runs run.py's --quick sizes; each size has its own baseline in benches/baselines.
+# A baseline made on another machine is compared with a warning (the suite's
+# warnings-as-errors would otherwise stop the run before it starts).
 COMPARE_MODE     := $(if $(filter-out 0,$(AWA_BENCH_QUICK)),quick,full)
 COMPARE_BASELINE ?= benches/baselines/compare-$(COMPARE_MODE).json
 COMPARE_REPORT   := benches/compare/results/compare-$(COMPARE_MODE)-latest.json
 COMPARE_PYTEST    = $(BIN)/python -m pytest benches/compare/bench_compare.py -p no:cacheprovider \
 	--benchmark-enable --benchmark-only --benchmark-sort=name \
-	--benchmark-columns=min,median,max,rounds
+	--benchmark-columns=min,median,max,rounds \
+	-W "default::pytest_benchmark.logger.PytestBenchmarkWarning"
 
 bench-compare: $(STAMP) ## Peer workloads side by side against benches/baselines (AWA_BENCH_QUICK=1: ~3 min); fails if awa-queue is >10 % slower
 	@test -f $(COMPARE_BASELINE) || { echo "no baseline $(COMPARE_BASELINE): make bench-baseline makes one (AWA_BENCH_QUICK=1 compares against the quick one)" >&2; exit 1; }
