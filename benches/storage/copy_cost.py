@@ -53,6 +53,21 @@ VARIANTS: dict[str, list[str]] = {
         "DROP INDEX awa.jobs_lane_idx",
         "CREATE INDEX jobs_lane_idx ON awa.jobs (priority, run_at, id)",
     ],
+    # The lane index as migrated, its queue compared byte by byte: under a
+    # database collation other than C (C.UTF-8 included), every comparison
+    # of the text column goes through the C library's strcoll.
+    # (A trigger's condition reads the column: it is made again around the change.)
+    "queue-collate-c": [
+        """DO $$
+        DECLARE
+            follow text := pg_get_triggerdef(
+                (SELECT oid FROM pg_trigger WHERE tgname = 'jobs_follow_on_update'));
+        BEGIN
+            DROP TRIGGER jobs_follow_on_update ON awa.jobs;
+            ALTER TABLE awa.jobs ALTER COLUMN queue TYPE text COLLATE "C";
+            EXECUTE follow;
+        END $$"""
+    ],
     "fillfactor-70": ["ALTER TABLE awa.jobs SET (fillfactor = 70)"],
     "no-checks": [
         "ALTER TABLE awa.jobs " + ", ".join(f"DROP CONSTRAINT {name}" for name in CHECKS)
