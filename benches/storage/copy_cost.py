@@ -54,9 +54,10 @@ VARIANTS: dict[str, list[str]] = {
         "CREATE INDEX jobs_lane_idx ON awa.jobs (priority, run_at, id)",
     ],
     # The lane index as migrated, its queue compared byte by byte: under a
-    # database collation other than C (C.UTF-8 included), every comparison
-    # of the text column goes through the C library's strcoll.
-    # (A trigger's condition reads the column: it is made again around the change.)
+    # database collation other than C (C.UTF-8 included), a comparison of
+    # two different strings of the text column calls the C library's
+    # strcoll. (A trigger's condition reads the column: it is made again
+    # around the change.)
     "queue-collate-c": [
         """DO $$
         DECLARE
