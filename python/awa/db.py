@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
@@ -44,6 +45,11 @@ TRANSIENT_ERRORS: Final = (
 
 
 POOLER_MODES: Final = ("transaction",)
+
+#: How long closing awa's own pool waits for connections still checked out.
+POOL_CLOSE_TIMEOUT_S: Final = 30.0
+
+log = logging.getLogger("awa.db")
 
 
 class Statement:
@@ -106,12 +112,26 @@ async def release_quietly(pool: Any, connection: Any) -> None:
 
     A connection the server dropped may already have been taken back by the
     pool (asyncpg then refuses every call on it, ``is_closed()`` included);
-    releasing it is best effort, and a broken one is simply replaced by the
-    pool on the next acquire."""
+    a broken one is replaced by the pool on the next acquire. One the pool
+    refuses to take back (asyncpg raises before freeing its slot, e.g. for
+    LISTEN callbacks left on a connection a protocol error closed) is
+    terminated: a slot held by nobody would make closing the pool wait for
+    ever."""
+    if connection is None:
+        return
+    try:
+        await pool.release(connection)
+    except Exception:  # noqa: BLE001 - whatever the reason, the slot must be freed
+        terminate_quietly(connection)
+
+
+def terminate_quietly(connection: Any) -> None:
+    """Closes ``connection`` at once, without a goodbye to the server; a pooled
+    one frees its slot. A no-op on one the pool has already taken back."""
     if connection is None:
         return
     with contextlib.suppress(Exception):
-        await pool.release(connection)
+        connection.terminate()
 
 
 def affected_rows(status: str) -> int:
@@ -264,8 +284,30 @@ class Database:
         self._schema_checked = False
 
     async def close(self) -> None:
-        if self.owns_pool:
-            await self.pool.close()
+        """Closes awa's own pool (a caller's is left to the caller). Waits for
+        checked-out connections up to ``POOL_CLOSE_TIMEOUT_S``, then
+        terminates them: by then the worker has stopped, so one still out
+        is held by nobody who will give it back, and waiting would hang the
+        caller's shutdown for ever."""
+        if not self.owns_pool:
+            return
+        closing = asyncio.ensure_future(self.pool.close())
+        try:
+            done, _ = await asyncio.wait({closing}, timeout=POOL_CLOSE_TIMEOUT_S)
+        except BaseException:
+            closing.cancel()  # asyncpg terminates the pool when its close() is cancelled
+            raise
+        if done:
+            closing.result()
+            return
+        log.warning(
+            "closing the connection pool: %d connections still in use after %gs; terminating them",
+            self.pool.get_size() - self.pool.get_idle_size(),
+            POOL_CLOSE_TIMEOUT_S,
+        )
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
 
 
 class _Chunks:

@@ -4,10 +4,13 @@ connections whose session a service changed: those must come back clean."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 
 import asyncpg
 
 import awa
+import awa.db
+from awa.db import release_quietly
 from tests.support import FAST_WORKER, eventually
 
 
@@ -76,3 +79,39 @@ async def test_a_pool_that_says_nothing_of_how_it_connects_still_gets_heartbeats
     finally:
         await pool.close()
     assert any("says nothing of how it connects" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_connection_that_cannot_go_back_to_the_pool_still_frees_its_slot(database_url):
+    # The notifier once handed back a connection that a protocol error had
+    # closed with its LISTEN callbacks still registered: asyncpg refused the
+    # release (its warning is an error here, as in any app run with -W error),
+    # the slot stayed taken, and closing the pool waited for it for ever.
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        connection = await pool.acquire()
+        await connection.add_listener("awa_test_leftover", lambda *_args: None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            await release_quietly(pool, connection)
+        again = await asyncio.wait_for(pool.acquire(), 10)
+        assert await again.fetchval("SELECT 1") == 1
+        await pool.release(again)
+    finally:
+        await asyncio.wait_for(pool.close(), 10)
+
+
+async def test_closing_a_client_terminates_connections_nobody_gave_back(
+    database_url, conn, monkeypatch, caplog
+):
+    monkeypatch.setattr(awa.db, "POOL_CLOSE_TIMEOUT_S", 0.5)
+    client = awa.AsyncClient(database_url)
+    pool = (await client._database()).pool
+    leaked = await pool.acquire()
+    pid = leaked.get_server_pid()
+    await asyncio.wait_for(client.close(), 30)
+    assert "1 connections still in use after 0.5s; terminating them" in caplog.text
+
+    async def backend_gone() -> bool:
+        return not await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+
+    await eventually(backend_gone)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from awa._events import wait_for_event
-from awa.db import Database, release_quietly, session_changed
+from awa.db import Database, release_quietly, session_changed, terminate_quietly
 from awa.worker.control import CHANNEL as CONTROL_CHANNEL
 
 if TYPE_CHECKING:
@@ -101,16 +101,27 @@ class Notifier:
                 dropped.cancel()
         finally:
             self.listening.clear()
-            if connection is not None and not lost.is_set():
-                try:
-                    await connection.remove_listener(CHANNEL, self._on_notification)
-                    await connection.remove_listener(CONTROL_CHANNEL, self._on_control_message)
-                except Exception:
-                    log.debug("removing the listeners failed", exc_info=True)
-            if pooled:
-                await release_quietly(self._db.pool, connection)
-            elif connection is not None:
-                connection.terminate()
+            await self._let_go(connection, pooled, lost.is_set())
+
+    async def _let_go(self, connection: Any, pooled: bool, lost: bool) -> None:
+        """Gives the connection back to the pool without its listeners, or
+        closes it. One that is lost or closed is terminated: a protocol error
+        closes a connection without telling its termination listeners, and
+        asyncpg keeps the LISTEN callbacks of a closed connection, so handing
+        it back would only earn a warning about them."""
+        if connection is None:
+            return
+        if not pooled or lost or _closed(connection):
+            terminate_quietly(connection)
+            return
+        try:
+            await connection.remove_listener(CHANNEL, self._on_notification)
+            await connection.remove_listener(CONTROL_CHANNEL, self._on_control_message)
+        except Exception:  # a connection that cannot unlisten is not reused
+            log.debug("removing the listeners failed", exc_info=True)
+            terminate_quietly(connection)
+            return
+        await release_quietly(self._db.pool, connection)
 
     def _on_notification(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         self.received += 1
@@ -118,3 +129,12 @@ class Notifier:
 
     def _on_control_message(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         self._on_control(payload)
+
+
+def _closed(connection: Any) -> bool:
+    """Whether ``connection`` is closed; one the pool took back counts as closed
+    (asyncpg refuses every call on it)."""
+    try:
+        return bool(connection.is_closed())
+    except Exception:  # noqa: BLE001 - a detached pool proxy raises on every call
+        return True
