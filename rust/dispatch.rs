@@ -72,6 +72,8 @@ pub struct QueueSlots {
     /// Counts wake-ups, so a claim that was already in flight when one came
     /// (its snapshot may predate the new job) cannot undo it.
     wake_ups: u64,
+    /// Paused fleet-wide (`pause_queue`): no claim takes its jobs.
+    paused: bool,
 }
 
 /// A job held by this worker: which queue's slot it takes, and its lease.
@@ -212,6 +214,7 @@ impl Dispatcher {
                 handler_s: None,
                 maybe_has_jobs: true,
                 wake_ups: 0,
+                paused: false,
             });
         }
         Ok(Dispatcher {
@@ -246,7 +249,7 @@ impl Dispatcher {
         let mut wanted = Vec::new();
         let mut wake_ups = Vec::new();
         for (index, queue) in self.queues.iter_mut().enumerate() {
-            if !queue.maybe_has_jobs || global_free == 0 {
+            if !queue.maybe_has_jobs || queue.paused || global_free == 0 {
                 continue;
             }
             let free = queue.room(self.prefetch, self.claim_batch_max);
@@ -362,7 +365,9 @@ impl Dispatcher {
             && self
                 .queues
                 .iter()
-                .any(|q| q.maybe_has_jobs && q.room(self.prefetch, self.claim_batch_max) > 0)
+                .any(|q| {
+                    q.maybe_has_jobs && !q.paused && q.room(self.prefetch, self.claim_batch_max) > 0
+                })
     }
 
     /// A notification or a poll says `queue` may have jobs.
@@ -370,6 +375,18 @@ impl Dispatcher {
         if let Some(slots) = self.queues.get_mut(queue) {
             slots.maybe_has_jobs = true;
             slots.wake_ups += 1;
+        }
+    }
+
+    /// Pauses or resumes `queue` in this worker. Resuming marks it ready:
+    /// jobs may have arrived while it was paused.
+    pub fn set_paused(&mut self, queue: usize, paused: bool) {
+        if let Some(slots) = self.queues.get_mut(queue) {
+            let resumed = slots.paused && !paused;
+            slots.paused = paused;
+            if resumed {
+                self.mark_ready(queue);
+            }
         }
     }
 
@@ -512,6 +529,21 @@ mod tests {
         let mut d = dispatcher(&[("a", 5), ("b", 5)], 10, Some(6));
         assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 5), (1, 1)]);
         assert!(d.plan_claim().is_none());
+    }
+
+    #[test]
+    fn a_paused_queue_is_not_planned_and_resuming_wakes_it() {
+        let mut d = dispatcher(&[("a", 4), ("b", 4)], 10, None);
+        d.set_paused(0, true);
+        let plan = d.plan_claim().expect("b is claimable");
+        assert_eq!(plan.wanted, vec![(1, 4)]);
+        d.settle_claim(&plan, true);
+        d.set_paused(1, true);
+        assert!(d.plan_claim().is_none());
+        assert!(!d.can_claim());
+        d.set_paused(0, false);
+        assert!(d.can_claim());
+        assert_eq!(d.plan_claim().expect("a resumed").wanted, vec![(0, 4)]);
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl NewJob {
     /// required with one.
     pub fn check(input: JobInput, now_us: Option<i64>) -> Result<NewJob, Invalid> {
         payload::check_name("kind", &input.kind)?;
-        payload::check_name("queue", &input.queue)?;
+        payload::check_queue(&input.queue)?;
         let priority = payload::check_priority(input.priority)?;
         let max_attempts = payload::check_max_attempts(input.max_attempts)?;
         let max_crashes = input

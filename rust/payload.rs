@@ -45,7 +45,39 @@ impl std::fmt::Display for Invalid {
     }
 }
 
-/// `kind` and `queue`: 1–200 characters, no NUL.
+/// The longest queue name (spec 002's grammar).
+pub const MAX_QUEUE_CHARS: usize = 64;
+
+/// A queue name: 1–64 characters of `A-Z a-z 0-9 . _ -`, starting with a
+/// letter or digit (`^[A-Za-z0-9][A-Za-z0-9._-]*$`, spec 002).
+pub fn check_queue(value: &str) -> Result<(), Invalid> {
+    let chars = value.chars().count();
+    if chars == 0 {
+        return Err(Invalid::new("queue", "must not be empty"));
+    }
+    if chars > MAX_QUEUE_CHARS {
+        return Err(Invalid::new(
+            "queue",
+            format!("must be at most {MAX_QUEUE_CHARS} characters (got {chars})"),
+        ));
+    }
+    let starts_well = value.starts_with(|c: char| c.is_ascii_alphanumeric());
+    let rest_ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !(starts_well && rest_ok) {
+        return Err(Invalid::new(
+            "queue",
+            format!(
+                "{value:?} is not a queue name: use letters, digits, '.', '_' and '-', \
+                 starting with a letter or digit"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `kind`: 1–200 characters, no NUL.
 pub fn check_name(field: &str, value: &str) -> Result<(), Invalid> {
     let chars = value.chars().count();
     if chars == 0 {
@@ -298,13 +330,32 @@ mod tests {
     fn names_are_bounded_and_nul_free() {
         assert!(check_name("kind", "send_email").is_ok());
         assert_eq!(check_name("kind", "").unwrap_err().field, "kind");
-        assert!(check_name("queue", &"é".repeat(200)).is_ok());
-        let long = check_name("queue", &"q".repeat(201)).unwrap_err();
+        assert!(check_name("kind", &"é".repeat(200)).is_ok());
+        let long = check_name("kind", &"k".repeat(201)).unwrap_err();
         assert_eq!(
             long.to_string(),
-            "queue: must be at most 200 characters (got 201)"
+            "kind: must be at most 200 characters (got 201)"
         );
-        assert!(check_name("queue", "a\0b").is_err());
+        assert!(check_name("kind", "a\0b").is_err());
+    }
+
+    #[test]
+    fn queue_names_follow_the_grammar() {
+        for good in ["default", "q", "9", "emails.high", "tenant_7-eu", &"q".repeat(64)] {
+            assert!(check_queue(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".hidden", "-x", "_x", "a b", "a/b", "é", "a\0b", "a:b"] {
+            assert_eq!(check_queue(bad).unwrap_err().field, "queue", "{bad:?}");
+        }
+        assert_eq!(
+            check_queue(&"q".repeat(65)).unwrap_err().to_string(),
+            "queue: must be at most 64 characters (got 65)"
+        );
+        assert_eq!(
+            check_queue("a b").unwrap_err().to_string(),
+            "queue: \"a b\" is not a queue name: use letters, digits, '.', '_' and '-', \
+             starting with a letter or digit"
+        );
     }
 
     #[test]

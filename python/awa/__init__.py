@@ -48,6 +48,7 @@ from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions,
 from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.quarantine import QuarantinedFingerprint
+from awa.queues import QueueConfig
 from awa.tasks import derive_kind
 from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
@@ -84,6 +85,7 @@ __all__ = [
     "JobState",
     "PayloadOmitted",
     "QuarantinedFingerprint",
+    "QueueConfig",
     "RescueReason",
     "RetryAfter",
     "RunningJob",

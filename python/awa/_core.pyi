@@ -29,6 +29,7 @@ __all__ = [
     "Flush",
     "InsertRows",
     "backoff_seconds",
+    "check_queue_name",
     "decode_json",
     "derive_kind",
     "encode_json",
@@ -132,6 +133,11 @@ class _StagedRow(TypedDict):
     unique_states: int | None
     timeout_ms: int | None
     deadline_us: int | None
+
+def check_queue_name(name: str) -> None:
+    """Raises ``ValueError`` (saying which rule ``name`` breaks) unless it is
+    a queue name: 1-64 characters of letters, digits, ``.``, ``_`` and ``-``,
+    starting with a letter or digit."""
 
 def derive_kind(class_name: str) -> str:
     """Returns the job kind for an argument class name, in snake case.
@@ -434,6 +440,11 @@ class Dispatcher:
 
     def mark_all_ready(self) -> None:
         """Notes that every queue may have jobs (a poll tick)."""
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pauses or resumes ``queue`` in this worker: no claim takes a paused
+        queue's jobs; resuming marks it ready. False for a queue this worker
+        does not serve."""
 
     def held(self) -> tuple[list[int], list[int]]:
         """``(job ids, run leases)`` of every job held, in matching order."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, overload
 
 import asyncpg
 
-from awa import _core, callbacks, cancellation, dead_letters, quarantine
+from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues
 from awa.config import (
     DEFAULT_MAX_CRASHES,
     DEFAULT_MAX_WORKERS,
@@ -839,6 +839,22 @@ class AsyncClient:
         """Lets the fingerprint's jobs be claimed again (within a poll interval)
         and forgets its crashes; returns whether it was known."""
         return await quarantine.release(await self._database(), fingerprint)
+
+    # ── queues ──────────────────────────────────────────────────────────
+
+    async def pause_queue(self, queue: str) -> queues.QueueConfig:
+        """Stops every worker of the fleet claiming from ``queue``, within one
+        poll interval at most (at once where LISTEN reaches them). Inserts go
+        on, and running jobs finish; returns the queue's settings."""
+        return await queues.set_paused(await self._database(), queue, True)
+
+    async def resume_queue(self, queue: str) -> queues.QueueConfig:
+        """Lets workers claim from ``queue`` again; returns its settings."""
+        return await queues.set_paused(await self._database(), queue, False)
+
+    async def get_queue_config(self, queue: str) -> queues.QueueConfig:
+        """``queue``'s fleet-wide settings (the defaults if it has none)."""
+        return await queues.get_config(await self._database(), queue)
 
     # ── cancellation ────────────────────────────────────────────────────
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from awa._core import check_queue_name
 from awa.errors import ConfigurationError, ValidationError
 
 DEFAULT_MAX_WORKERS = 10
@@ -216,8 +217,12 @@ def normalize_queues(
         raise ConfigurationError("a worker needs at least one queue")
     seen = set()
     for name, max_workers in pairs:
-        if not isinstance(name, str) or not name or "\0" in name or len(name) > 200:
-            raise ConfigurationError(f"queue names are 1-200 characters without NUL, got {name!r}")
+        if not isinstance(name, str):
+            raise ConfigurationError(f"a queue name must be a string, got {name!r}")
+        try:
+            check_queue_name(name)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
         if name in seen:
             raise ConfigurationError(f"queue {name!r} is listed twice")
         seen.add(name)

@@ -29,6 +29,12 @@ pyo3::import_exception!(awa.errors, ValidationError);
 pyo3::import_exception!(awa.errors, StagingError);
 
 /// `SendEmail` → `send_email`.
+/// Raises `ValueError` (the message names the rule) unless `name` is a queue name.
+#[pyfunction]
+fn check_queue_name(name: &str) -> PyResult<()> {
+    payload::check_queue(name).map_err(|invalid| PyValueError::new_err(invalid.to_string()))
+}
+
 #[pyfunction]
 fn derive_kind(class_name: &str) -> String {
     payload::derive_kind(class_name)
@@ -169,6 +175,18 @@ impl Dispatcher {
 
     fn mark_all_ready(&mut self) {
         self.inner.mark_all_ready();
+    }
+
+    /// Pauses or resumes a queue in this worker (resuming marks it ready);
+    /// false for a queue this worker does not serve.
+    fn set_paused(&mut self, queue: &str, paused: bool) -> bool {
+        match self.inner.queue_index(queue) {
+            Some(index) => {
+                self.inner.set_paused(index, paused);
+                true
+            }
+            None => false,
+        }
     }
 
     /// `(job ids, run leases)` of every job held.
@@ -383,6 +401,7 @@ fn plan_rescue<'py>(
 
 #[pymodule]
 fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(check_queue_name, module)?)?;
     module.add_function(wrap_pyfunction!(derive_kind, module)?)?;
     module.add_function(wrap_pyfunction!(encode_json, module)?)?;
     module.add_function(wrap_pyfunction!(decode_json, module)?)?;

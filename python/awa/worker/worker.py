@@ -4,10 +4,11 @@ Overview: :class:`Worker` registers the process (its id marks the jobs it
 claims), builds the :class:`~awa.worker.pipeline.Pipeline` (producer →
 executor → completer), and runs it with the services around it: the
 notifier (LISTEN), the heartbeat (a thread of its own), the quarantine
-watcher, and the leader election that runs maintenance (scheduler, rescuer,
-pruner) on one worker per database. Every service is supervised
-(:mod:`awa.worker.supervisor`): restarted with backoff when it raises, and
-reported to the worker's health; a service that cannot recover within
+watcher, the pause watcher (queues paused fleet-wide), and the leader
+election that runs maintenance (scheduler, rescuer, pruner) on one worker
+per database. Every service is supervised (:mod:`awa.worker.supervisor`):
+restarted with backoff when it raises, and reported to the worker's
+health; a service that cannot recover within
 ``unhealthy_after`` makes the worker unhealthy, and it stops claiming and
 heartbeating instead of living on as a zombie.
 
@@ -39,6 +40,8 @@ from awa.maintenance.sweeper import Sweeper
 from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
+from awa.worker.pausing import VERB as PAUSING_VERB
+from awa.worker.pausing import PauseWatcher
 from awa.worker.pipeline import Pipeline
 from awa.worker.supervisor import Health, Supervisor
 
@@ -85,7 +88,13 @@ class Worker:
         self.executor = pipeline.executor
         self.producer = pipeline.producer
         self.control = pipeline.executor.control
-        self.notifier = Notifier(self.db, pipeline.claims.ready, self.control.deliver, self.health)
+        self.pausing = PauseWatcher(
+            self.db, self.dispatcher, pipeline.claims, self.health, queue_names,
+            config.poll_interval,
+        )  # fmt: skip
+        # Before any claim: a queue paused fleet-wide is never claimed from.
+        await self.pausing.load()
+        self.notifier = Notifier(self.db, pipeline.claims.ready, self._on_control, self.health)
         self.loop_watch = LoopWatch(self._describe_task)
         self.heartbeat = Heartbeat(
             self.db, worker_id, (hostname, pid, queue_names), config.heartbeat_interval,
@@ -104,6 +113,7 @@ class Worker:
         else:
             spawn("notifier", self.notifier.run)
         spawn("quarantine", lambda: self.control.watch_quarantine(self.db, self.health))
+        spawn("pausing", self.pausing.run)
         spawn("leader", self.leader.run)
         spawn("health", self._watch_health)
         spawn("report", self._report)
@@ -216,6 +226,13 @@ class Worker:
         # matters is how long they have lasted.
         while self.health.check():  # noqa: ASYNC110
             await asyncio.sleep(HEALTH_CHECK_S)
+
+    def _on_control(self, payload: str) -> None:
+        """One ``awa_control`` message: queue settings, or about a job."""
+        if payload.partition(":")[0] == PAUSING_VERB:
+            self.pausing.told()
+        else:
+            self.control.deliver(payload)
 
     def _became_unhealthy(self, reason: str) -> None:
         if self._unhealthy.is_set():

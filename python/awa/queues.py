@@ -1,0 +1,69 @@
+"""Fleet-wide queue settings: ``pause_queue``, ``resume_queue``,
+``get_queue_config``.
+
+Settings live in ``awa.queue_settings`` (one row per queue that has one),
+so every worker process and host agrees and a change applies without a
+restart: a change is sent on ``awa_control`` and every worker also rereads
+the settings at each poll interval (:mod:`awa.worker.pausing`). A paused
+queue still takes inserts; no worker claims from it until it is resumed.
+
+Queue names follow one grammar everywhere (inserts, worker queues, these
+settings): 1-64 characters of letters, digits, ``.``, ``_`` and ``-``,
+starting with a letter or digit.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from awa._core import check_queue_name
+from awa.db import Database
+from awa.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's fleet-wide settings; a queue never configured has the
+    defaults (``updated_at`` is then ``None``)."""
+
+    queue: str
+    paused: bool = False
+    #: When the queue was paused (``None`` while it is not).
+    paused_at: datetime.datetime | None = None
+    #: When a setting last changed.
+    updated_at: datetime.datetime | None = None
+
+
+def check_queue(queue: Any) -> str:
+    """``queue`` if it is a queue name, else :class:`ValidationError` saying why."""
+    if not isinstance(queue, str):
+        raise ValidationError(f"queue: must be a string (got {type(queue).__name__})", "queue")
+    try:
+        check_queue_name(queue)
+    except ValueError as error:
+        raise ValidationError(str(error), "queue") from None
+    return queue
+
+
+async def set_paused(db: Database, queue: str, paused: bool) -> QueueConfig:
+    """Pauses or resumes ``queue`` for every worker; returns its settings."""
+    await db.require_schema()
+    row = await db.fetchrow("queue_settings_set_paused", check_queue(queue), paused)
+    return _config(row)
+
+
+async def get_config(db: Database, queue: str) -> QueueConfig:
+    await db.require_schema()
+    row = await db.fetchrow("queue_settings_get", check_queue(queue))
+    return QueueConfig(queue) if row is None else _config(row)
+
+
+def _config(row: Any) -> QueueConfig:
+    return QueueConfig(
+        queue=row["queue"],
+        paused=row["paused"],
+        paused_at=row["paused_at"],
+        updated_at=row["updated_at"],
+    )

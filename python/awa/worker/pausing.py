@@ -1,0 +1,92 @@
+"""Which of the queues this worker serves are paused, fleet-wide.
+
+Overview: ``client.pause_queue(queue)`` stores the pause in
+``awa.queue_settings`` and sends ``queues:<queue>`` on ``awa_control``;
+every worker's :class:`PauseWatcher` reloads the paused set of the queues
+it serves when told, at start, and at every poll interval, and tells its
+dispatcher, which plans no claim for a paused queue. Resuming marks the
+queue ready, so its claimers look at once.
+
+Failure handling: a failed reload keeps the last known set and is reported
+to the worker's health (a database that refuses it for ``unhealthy_after``
+makes the worker unhealthy, like any service). A message lost with a
+dropped connection delays a change by at most one poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Final
+
+from awa._events import wait_for_event
+
+if TYPE_CHECKING:
+    from awa import _core
+    from awa.db import Database
+    from awa.worker.claims import ClaimSignal
+    from awa.worker.supervisor import Health
+
+log = logging.getLogger("awa.pausing")
+
+SERVICE: Final = "pausing"
+#: The ``awa_control`` verb that says a queue's settings changed.
+VERB: Final = "queues"
+
+
+class PauseWatcher:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: _core.Dispatcher,
+        claims: ClaimSignal,
+        health: Health,
+        queues: list[str],
+        reload_interval_s: float,
+    ) -> None:
+        self._db = db
+        self._dispatcher = dispatcher
+        self._claims = claims
+        self._health = health
+        self._queues = queues
+        self._reload_interval_s = reload_interval_s
+        self._told = asyncio.Event()
+        #: The served queues paused now, as last read.
+        self.paused: frozenset[str] = frozenset()
+        self.reloads = 0
+
+    def told(self) -> None:
+        """A ``queues:`` control message arrived: reload now."""
+        self._told.set()
+
+    async def load(self) -> None:
+        """Reads the paused set and applies it; raises if the read fails."""
+        rows = await self._db.fetch("queue_settings_paused", self._queues)
+        self._apply(frozenset(row["queue"] for row in rows))
+        self.reloads += 1
+
+    async def run(self) -> None:
+        while True:
+            await wait_for_event(self._told, self._reload_interval_s)
+            self._told.clear()
+            try:
+                await self.load()
+            except Exception as error:  # noqa: BLE001 - keep the last known set
+                log.warning("reloading paused queues failed (%s: %s)", type(error).__name__, error)
+                self._health.failed(SERVICE, error)
+                continue
+            self._health.ok(SERVICE)
+
+    def _apply(self, paused: frozenset[str]) -> None:
+        if paused == self.paused:
+            return
+        for queue in paused - self.paused:
+            self._dispatcher.set_paused(queue, True)
+            log.info("queue %s is paused: no claims until it is resumed", queue)
+        resumed = self.paused - paused
+        for queue in resumed:
+            self._dispatcher.set_paused(queue, False)
+            log.info("queue %s is resumed", queue)
+        self.paused = paused
+        if resumed:
+            self._claims.poke()
