@@ -362,12 +362,9 @@ impl Dispatcher {
     /// Whether a claim now could take anything.
     pub fn can_claim(&self) -> bool {
         self.global_free() > 0
-            && self
-                .queues
-                .iter()
-                .any(|q| {
-                    q.maybe_has_jobs && !q.paused && q.room(self.prefetch, self.claim_batch_max) > 0
-                })
+            && self.queues.iter().any(|q| {
+                q.maybe_has_jobs && !q.paused && q.room(self.prefetch, self.claim_batch_max) > 0
+            })
     }
 
     /// A notification or a poll says `queue` may have jobs.

@@ -341,7 +341,14 @@ mod tests {
 
     #[test]
     fn queue_names_follow_the_grammar() {
-        for good in ["default", "q", "9", "emails.high", "tenant_7-eu", &"q".repeat(64)] {
+        for good in [
+            "default",
+            "q",
+            "9",
+            "emails.high",
+            "tenant_7-eu",
+            &"q".repeat(64),
+        ] {
             assert!(check_queue(good).is_ok(), "{good}");
         }
         for bad in ["", ".hidden", "-x", "_x", "a b", "a/b", "é", "a\0b", "a:b"] {

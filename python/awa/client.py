@@ -842,11 +842,12 @@ class AsyncClient:
 
     # ── queues ──────────────────────────────────────────────────────────
 
-    async def pause_queue(self, queue: str) -> queues.QueueConfig:
+    async def pause_queue(self, queue: str, paused_by: str | None = None) -> queues.QueueConfig:
         """Stops every worker of the fleet claiming from ``queue``, within one
         poll interval at most (at once where LISTEN reaches them). Inserts go
-        on, and running jobs finish; returns the queue's settings."""
-        return await queues.set_paused(await self._database(), queue, True)
+        on, and running jobs finish. ``paused_by`` says who, for operators;
+        returns the queue's settings."""
+        return await queues.set_paused(await self._database(), queue, True, paused_by)
 
     async def resume_queue(self, queue: str) -> queues.QueueConfig:
         """Lets workers claim from ``queue`` again; returns its settings."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from awa._core import check_queue_name
 from awa.db import Database
@@ -32,6 +32,8 @@ class QueueConfig:
     paused: bool = False
     #: When the queue was paused (``None`` while it is not).
     paused_at: datetime.datetime | None = None
+    #: Who paused it, as ``pause_queue(..., paused_by=)`` said (``None`` while it is not).
+    paused_by: str | None = None
     #: When a setting last changed.
     updated_at: datetime.datetime | None = None
 
@@ -47,16 +49,39 @@ def check_queue(queue: Any) -> str:
     return queue
 
 
-async def set_paused(db: Database, queue: str, paused: bool) -> QueueConfig:
-    """Pauses or resumes ``queue`` for every worker; returns its settings."""
+#: The longest ``paused_by`` kept.
+MAX_PAUSED_BY_CHARS: Final = 200
+
+
+async def set_paused(
+    db: Database, queue: str, paused: bool, paused_by: str | None = None
+) -> QueueConfig:
+    """Pauses (by ``paused_by``) or resumes ``queue`` for every worker;
+    returns its settings."""
+    check_queue(queue)
+    _check_paused_by(paused_by)
     await db.require_schema()
-    row = await db.fetchrow("queue_settings_set_paused", check_queue(queue), paused)
+    row = await db.fetchrow("queue_settings_set_paused", queue, paused, paused_by)
     return _config(row)
 
 
+def _check_paused_by(paused_by: Any) -> None:
+    if paused_by is None:
+        return
+    if not isinstance(paused_by, str) or not 1 <= len(paused_by) <= MAX_PAUSED_BY_CHARS:
+        raise ValidationError(
+            f"paused_by: must be None or a string of 1-{MAX_PAUSED_BY_CHARS} characters "
+            f"(got {paused_by!r:.60})",
+            "paused_by",
+        )
+    if "\x00" in paused_by:
+        raise ValidationError("paused_by: must not contain NUL characters", "paused_by")
+
+
 async def get_config(db: Database, queue: str) -> QueueConfig:
+    check_queue(queue)
     await db.require_schema()
-    row = await db.fetchrow("queue_settings_get", check_queue(queue))
+    row = await db.fetchrow("queue_settings_get", queue)
     return QueueConfig(queue) if row is None else _config(row)
 
 
@@ -65,5 +90,6 @@ def _config(row: Any) -> QueueConfig:
         queue=row["queue"],
         paused=row["paused"],
         paused_at=row["paused_at"],
+        paused_by=row["paused_by"],
         updated_at=row["updated_at"],
     )

@@ -108,9 +108,21 @@ async def test_the_settings_of_a_queue_never_configured_are_the_defaults(client,
 
 
 async def test_pausing_twice_keeps_when_the_queue_was_first_paused(client, conn):
-    first = await client.pause_queue(QUEUE)
+    first = await client.pause_queue(QUEUE, paused_by="ops: incident 42")
+    assert first.paused_by == "ops: incident 42"
     second = await client.pause_queue(QUEUE)
     assert second.paused_at == first.paused_at
+    assert second.paused_by == "ops: incident 42"
+    resumed = await client.resume_queue(QUEUE)
+    assert resumed.paused_by is None and resumed.paused_at is None
+
+
+@pytest.mark.parametrize("paused_by", ["", "x" * 201, "a\0b", 7])
+async def test_a_bad_paused_by_is_refused(client, conn, paused_by):
+    with pytest.raises(awa.ValidationError) as refused:
+        await client.pause_queue(QUEUE, paused_by=paused_by)
+    assert refused.value.field == "paused_by"
+    assert await client.get_queue_config(QUEUE) == awa.QueueConfig(QUEUE)
 
 
 @pytest.mark.parametrize("name", ["", "a b", ".hidden", "-x", "é", "q" * 65, 7])

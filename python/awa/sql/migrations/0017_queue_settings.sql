@@ -15,5 +15,6 @@ CREATE TABLE awa.queue_settings (
                CHECK (queue ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'),
     paused     boolean NOT NULL DEFAULT false,
     paused_at  timestamptz,
+    paused_by  text,  -- who paused it (pause_queue(..., paused_by=)), while paused
     updated_at timestamptz NOT NULL DEFAULT now()
 );
