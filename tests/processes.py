@@ -44,13 +44,17 @@ async def spawn_worker(
     mode: str = "normal",
     queue: str = "default",
     settings: dict[str, Any] | None = None,
+    periodic: dict[str, str] | None = None,
     stderr: int | None = None,
 ) -> asyncio.subprocess.Process:
     """Starts a worker process and waits until it says it runs (a crashing
     one may die before it says anything)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # This tree's awa first, whichever tree the virtualenv was installed from.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])}
     if settings:
         env["AWA_TEST_WORKER_SETTINGS"] = json.dumps(settings)
+    if periodic:
+        env["AWA_TEST_PERIODIC"] = json.dumps(periodic)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

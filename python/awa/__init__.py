@@ -47,6 +47,7 @@ from awa.followups import EnqueueRequest
 from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
 from awa.queues import QueueConfig
 from awa.tasks import derive_kind
@@ -84,6 +85,7 @@ __all__ = [
     "JobNotFound",
     "JobState",
     "PayloadOmitted",
+    "PeriodicInfo",
     "QuarantinedFingerprint",
     "QueueConfig",
     "RescueReason",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
+import json
 import logging
 import os
 import uuid
@@ -12,8 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, overload
 
 import asyncpg
+import pydantic
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues
+from awa import periodic as periodic_jobs
 from awa.config import (
     DEFAULT_MAX_CRASHES,
     DEFAULT_MAX_WORKERS,
@@ -38,6 +42,7 @@ from awa.inserts import (
 )
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
+from awa.maintenance.periodic import PeriodicEnqueuer
 from awa.migrations import migrate as migrate_database
 from awa.tasks import Registry, Task, args_type_name, decoder_for, same_args_type
 from awa.transaction import Transaction
@@ -140,6 +145,7 @@ class AsyncClient:
         self._wants_embedded = embedded
         self._registry = Registry()
         self._lifecycle = Lifecycle(self._registry)
+        self._periodic: dict[str, periodic_jobs.PeriodicJob] = {}
         self._db: Database | None = None
         self._db_lock = asyncio.Lock()
         self._embedded: Any = None
@@ -203,6 +209,110 @@ class AsyncClient:
         with ``crash_loop`` (``None``: unbounded). Applies to inserts made
         through this client (follow-ups included), from now on."""
         self._registry.set_queue_max_crashes(queue, max_crashes)
+
+    def periodic(
+        self,
+        name: str,
+        cron_expr: str,
+        args_type: type[T],
+        args: T | Mapping[str, Any],
+        *,
+        timezone: str = "UTC",
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        missed_fire_policy: periodic_jobs.MissedFirePolicy = "coalesce",
+    ) -> None:
+        """Enqueues a job of ``args`` at every fire time of ``cron_expr``.
+
+        ``cron_expr`` has 5 fields (minute hour day-of-month month
+        day-of-week) or 6 (seconds first), read in ``timezone`` (an IANA
+        name; DST is followed). The maintenance leader of a worker started
+        from this client enqueues each fire time once across the fleet,
+        through restarts and leader changes; the jobs carry
+        ``metadata["cron_name"]`` and ``metadata["cron_fire_at"]``.
+        ``missed_fire_policy`` says what happens to fire times more than a
+        minute late (no leader ran then): ``"coalesce"`` one job for them
+        all, ``"catch_up"`` one each, ``"skip"`` none. A schedule this
+        process's code no longer registers is retired by its leader, never
+        fired. Anything invalid raises :class:`awa.ValidationError` now.
+        """
+        if name in self._periodic:
+            raise ConfigurationError(f"periodic job {name!r} is registered twice")
+        schedule = periodic_jobs.schedule_of(name, cron_expr, timezone, missed_fire_policy)
+        value = _args_of(args_type, args)
+        options: dict[str, Any] = {
+            key: option
+            for key, option in (
+                ("queue", queue), ("priority", priority), ("max_attempts", max_attempts),
+                ("tags", None if tags is None else list(tags)),
+                ("metadata", None if metadata is None else dict(metadata)),
+            )
+            if option is not None
+        }  # fmt: skip
+        self._rows([value], None, {"kind": kind, **options})  # every check an insert makes
+        resolved_kind, resolved_queue, _, _ = self._registry.resolution(
+            value, kind, queue, require_task=True
+        )
+        options["queue"] = resolved_queue
+        self._periodic[name] = periodic_jobs.PeriodicJob(
+            schedule, resolved_kind, json.loads(_core.encode_json(value)), options
+        )
+
+    async def list_periodic(self) -> list[periodic_jobs.PeriodicInfo]:
+        """Every periodic job the database knows (retired ones included), by name."""
+        return await periodic_jobs.list_periodic(await self._database())
+
+    async def pause_periodic(self, name: str) -> periodic_jobs.PeriodicInfo:
+        """Stops ``name`` firing (for the whole fleet) until resumed."""
+        return await periodic_jobs.set_paused(await self._database(), name, True)
+
+    async def resume_periodic(self, name: str) -> periodic_jobs.PeriodicInfo:
+        """Lets ``name`` fire again, from its next fire time after now."""
+        return await periodic_jobs.set_paused(await self._database(), name, False)
+
+    async def trigger_periodic(self, name: str) -> Job[Any]:
+        """Enqueues ``name``'s job now, outside its schedule (which is left
+        as it was); works for a paused one too."""
+        db = await self._database()
+        info = await periodic_jobs.get(db, name)
+        now = datetime.datetime.now(datetime.UTC)
+        options = {key: value for key, value in info.options.items() if key != "metadata"}
+        metadata = {**periodic_jobs.fire_metadata(info.options.get("metadata"), name, now),
+                    "cron_triggered": True}  # fmt: skip
+        job: Job[Any] = await self.insert(info.args, kind=info.kind, metadata=metadata, **options)
+        return job
+
+    async def delete_periodic(self, name: str) -> bool:
+        """Removes ``name``'s row; returns whether there was one. One still
+        registered in the leader's code comes back on its next pass."""
+        return await periodic_jobs.delete(await self._database(), name)
+
+    async def _enqueue_fires(
+        self,
+        name: str,
+        kind: str,
+        args: Any,
+        options: Mapping[str, Any],
+        fires: Sequence[datetime.datetime],
+        connection: Any,
+    ) -> None:
+        """One periodic job's fires, as jobs, on the leader's connection."""
+        shared = {key: value for key, value in options.items() if key != "metadata"}
+        await self.insert_many(
+            [args] * len(fires),
+            kind=kind,
+            opts=[
+                {"run_at": fire, "metadata": periodic_jobs.fire_metadata(
+                    options.get("metadata"), name, fire)}
+                for fire in fires
+            ],
+            connection=connection,
+            **shared,
+        )  # fmt: skip
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -1099,7 +1209,10 @@ class AsyncClient:
                 f"{config.connections_needed}; raise max_connections (or your pool's max_size)"
             )
         await db.require_schema()
-        worker = Worker(db, self._lifecycle, config)
+        enqueuer = (
+            PeriodicEnqueuer(db, self._periodic, self._enqueue_fires) if self._periodic else None
+        )
+        worker = Worker(db, self._lifecycle, config, periodic=enqueuer)
         try:
             await worker.start()
         except BaseException:
@@ -1170,3 +1283,23 @@ async def migrate(url: str | None = None, **client_options: Any) -> list[int]:
     ``connect_timeout=``, ``pooler=``)."""
     async with AsyncClient(url, **client_options) as client:
         return await client.migrate()
+
+
+def _args_of(args_type: Any, args: Any) -> Any:
+    """``args`` as an instance of ``args_type`` (a dict is validated into a
+    pydantic model or a dataclass), or :class:`ValidationError`."""
+    if isinstance(args_type, type) and isinstance(args, args_type):
+        return args
+    if isinstance(args, Mapping) and isinstance(args_type, type):
+        if issubclass(args_type, pydantic.BaseModel):
+            try:
+                return args_type.model_validate(args)
+            except pydantic.ValidationError as error:
+                raise ValidationError(f"args: {error}", "args") from None
+        if dataclasses.is_dataclass(args_type):
+            try:
+                return args_type(**args)
+            except TypeError as error:
+                raise ValidationError(f"args: {error}", "args") from None
+    name = getattr(args_type, "__name__", repr(args_type))
+    raise ValidationError(f"args: must be a {name} (got {type(args).__name__})", "args")

@@ -8,7 +8,9 @@ process (a job that takes its worker down every time); MODE ``block:S``
 makes every handler block the event loop for S seconds (``time.sleep`` in
 an ``async def``) and then record ``test_blocks_ended``; MODE ``sleep:S``
 makes it await ``asyncio.sleep(S)``. Worker settings
-beyond ``FAST_WORKER`` come as JSON in ``AWA_TEST_WORKER_SETTINGS``.
+beyond ``FAST_WORKER`` come as JSON in ``AWA_TEST_WORKER_SETTINGS``; a
+periodic job (``{"name", "cron", "policy"}`` of ``crashy`` jobs) in
+``AWA_TEST_PERIODIC``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ async def main(url: str, name: str, mode: str, queue: str) -> None:
             await recorder.execute("INSERT INTO test_blocks_ended VALUES ($1, $2)", job.id, name)
         await asyncio.sleep(float(seconds) if verb == "sleep" else 0.05)
 
+    periodic = json.loads(os.environ.get("AWA_TEST_PERIODIC", "null"))
+    if periodic is not None:
+        client.periodic(
+            periodic["name"], periodic["cron"], dict, {"n": 1}, kind="crashy", queue=queue,
+            missed_fire_policy=periodic["policy"],
+        )  # fmt: skip
     settings = {**FAST_WORKER, **json.loads(os.environ.get("AWA_TEST_WORKER_SETTINGS", "{}"))}
     await serve_until_sigterm(client, queue, 8, settings)
     await recorder.close()

@@ -33,6 +33,7 @@ from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
 from awa.maintenance.leader import Leader
+from awa.maintenance.periodic import PeriodicEnqueuer
 from awa.maintenance.pruner import Pruner
 from awa.maintenance.rescuer import Rescuer
 from awa.maintenance.scheduler import Scheduler
@@ -43,7 +44,7 @@ from awa.worker.notifier import Notifier
 from awa.worker.pausing import VERB as PAUSING_VERB
 from awa.worker.pausing import PauseWatcher
 from awa.worker.pipeline import Pipeline
-from awa.worker.supervisor import Health, Supervisor
+from awa.worker.supervisor import Health, ServiceFactory, Supervisor
 
 log = logging.getLogger("awa.worker")
 
@@ -53,8 +54,17 @@ LEADER_STOP_TIMEOUT_S: Final = 5.0
 
 
 class Worker:
-    def __init__(self, db: Database, lifecycle: Lifecycle, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        db: Database,
+        lifecycle: Lifecycle,
+        config: WorkerConfig,
+        *,
+        periodic: PeriodicEnqueuer | None = None,
+    ) -> None:
         self.db = db
+        #: Fires the client's periodic jobs while this worker leads.
+        self.periodic = periodic
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
         self.config = config
@@ -210,11 +220,18 @@ class Worker:
                 ("rescuer", lambda: self.rescuer.run(health)),
                 ("pruner", lambda: self.pruner.run(health)),
                 ("sweeper", lambda: self.sweeper.run(health)),
+                *self._periodic_task(health),
             ],
             health,
             election_interval_s=config.leader_election_interval,
             lease_s=config.leader_lease,
         )
+
+    def _periodic_task(self, health: Health) -> list[tuple[str, ServiceFactory]]:
+        periodic = self.periodic
+        if periodic is None:
+            return []
+        return [("periodic", lambda: periodic.run(health))]
 
     def _describe_task(self, task_name: str) -> str | None:
         if task_name.startswith(JOB_TASK_PREFIX):
