@@ -43,6 +43,7 @@ from awa.errors import (
     ValidationError,
 )
 from awa.events import JobEvent, RescueReason
+from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
 from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
 from awa.job import Job, JobState
@@ -78,6 +79,8 @@ __all__ = [
     "DeadLetterReason",
     "DefaultAction",
     "EnqueueRequest",
+    "ExplainReason",
+    "Explanation",
     "FollowUpError",
     "InsertOptions",
     "Job",

@@ -17,6 +17,7 @@ import asyncpg
 import pydantic
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues
+from awa import explain as explaining
 from awa import periodic as periodic_jobs
 from awa.config import (
     DEFAULT_MAX_CRASHES,
@@ -962,6 +963,21 @@ class AsyncClient:
     async def resume_queue(self, queue: str) -> queues.QueueConfig:
         """Lets workers claim from ``queue`` again; returns its settings."""
         return await queues.set_paused(await self._database(), queue, False)
+
+    async def drain_queue(self, queue: str, *, timeout: float | None = None) -> int:
+        """Waits until ``queue`` is drained: no running job, no due queued
+        job and no retry waiting for its backoff (jobs delayed at insert
+        that never ran are not waited for; spec 002). Workers keep working
+        meanwhile: pause the queue's producers, not the queue. Returns how
+        many jobs it waited for; raises ``TimeoutError`` after ``timeout``
+        seconds, saying how many are left."""
+        return await queues.drain(await self._database(), queue, timeout)
+
+    async def explain(self, job_id: int) -> explaining.Explanation:
+        """Why job ``job_id`` is not running now: an :class:`awa.Explanation`
+        with a machine-readable ``.reason`` (:class:`awa.ExplainReason`) and a
+        ``.message`` sentence. Raises :class:`awa.JobNotFound`."""
+        return await explaining.explain(await self._database(), job_id)
 
     async def get_queue_config(self, queue: str) -> queues.QueueConfig:
         """``queue``'s fleet-wide settings (the defaults if it has none)."""

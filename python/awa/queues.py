@@ -1,5 +1,5 @@
-"""Fleet-wide queue settings: ``pause_queue``, ``resume_queue``,
-``get_queue_config``.
+"""Fleet-wide queue settings (``pause_queue``, ``resume_queue``,
+``get_queue_config``) and ``drain_queue``.
 
 Settings live in ``awa.queue_settings`` (one row per queue that has one),
 so every worker process and host agrees and a change applies without a
@@ -14,7 +14,9 @@ starting with a letter or digit.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -83,6 +85,43 @@ async def get_config(db: Database, queue: str) -> QueueConfig:
     await db.require_schema()
     row = await db.fetchrow("queue_settings_get", queue)
     return QueueConfig(queue) if row is None else _config(row)
+
+
+#: How often a drain looks again, at least (slower when the count is slow).
+DRAIN_POLL_S: Final = 0.2
+
+
+async def drain(db: Database, queue: str, timeout_s: float | None) -> int:
+    """Waits until ``queue`` has nothing a drain waits for (spec 002): no
+    running job, no due queued job, no retry waiting for its backoff. Jobs
+    delayed by their insert that never ran are not waited for. Returns how
+    many it waited for when it started; raises ``TimeoutError`` (saying
+    how many are left) after ``timeout_s``."""
+    check_queue(queue)
+    if timeout_s is not None and not (isinstance(timeout_s, int | float) and timeout_s > 0):
+        raise ValidationError(
+            f"timeout: must be a positive number of seconds (got {timeout_s!r})", "timeout"
+        )
+    await db.require_schema()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    first: int | None = None
+    while True:
+        asked = time.monotonic()
+        outstanding = int(await db.fetchval("jobs_drain_outstanding", queue))
+        took = time.monotonic() - asked
+        if first is None:
+            first = outstanding
+        if not outstanding:
+            return first
+        if deadline is not None and time.monotonic() >= deadline:
+            paused = (await get_config(db, queue)).paused
+            why = " (the queue is paused: nothing claims from it)" if paused else ""
+            raise TimeoutError(
+                f"queue {queue} did not drain within {timeout_s:g}s: {outstanding} jobs "
+                f"still outstanding{why}"
+            )
+        # Never more than a tenth of the database's time on counting.
+        await asyncio.sleep(max(DRAIN_POLL_S, 10 * took))
 
 
 def _config(row: Any) -> QueueConfig:

@@ -886,3 +886,39 @@ SELECT DISTINCT jobs.id, jobs.run_lease
 FROM awa.claims
 JOIN awa.jobs AS jobs ON jobs.id = ANY (claims.job_ids)
 WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
+
+-- name: jobs_explain
+-- What decides when job $1 runs: its row's facts, whether its queue is
+-- paused, whether its fingerprint is quarantined, how many live workers
+-- (heartbeat within $2 seconds) serve its queue, and how many due jobs of
+-- its queue a claim takes first (at most 10 000 counted). No row: no job.
+SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
+       j.callback_timeout_at, now() AS now,
+       coalesce(s.paused, false) AS paused, s.paused_by,
+       EXISTS (SELECT FROM awa.quarantine AS q
+               WHERE q.fingerprint = awa.job_fingerprint(j.kind, j.args)
+                 AND q.quarantined_at IS NOT NULL) AS quarantined,
+       (SELECT count(*) FROM awa.workers AS w
+        WHERE j.queue = ANY (w.queues)
+          AND w.heartbeat_at > now() - $2::float8 * interval '1 second') AS live_workers,
+       CASE WHEN j.state = 'available' AND j.run_at <= now() THEN
+           (SELECT count(*) FROM (
+                SELECT FROM awa.jobs AS a
+                WHERE a.queue = j.queue AND a.state = 'available' AND a.run_at <= now()
+                  AND (a.priority, a.run_at, a.id) < (j.priority, j.run_at, j.id)
+                LIMIT 10000) AS ahead)
+       END AS ahead
+FROM awa.jobs AS j
+LEFT JOIN awa.queue_settings AS s ON s.queue = j.queue
+WHERE j.id = $1::bigint;
+
+-- name: jobs_drain_outstanding
+-- What a drain of queue $1 still waits for (spec 002): running jobs, due
+-- queued ones, and retries waiting for their backoff (attempt > 0); not
+-- jobs delayed by their insert that never ran (at most 100 000 counted).
+SELECT count(*) FROM (
+    SELECT FROM awa.jobs
+    WHERE queue = $1::text
+      AND (state IN ('running', 'waiting_external', 'retryable')
+           OR (state IN ('available', 'scheduled') AND (run_at <= now() OR attempt > 0)))
+    LIMIT 100000) AS outstanding;

@@ -1,0 +1,116 @@
+"""``client.explain(job_id)``: why a job is not running now.
+
+One read (``jobs_explain``) gathers what decides it: the job's state and
+``run_at``, whether its queue is paused, whether its fingerprint is
+quarantined, how many live workers serve its queue, and how many due jobs
+of its queue a claim takes first. The first reason that applies, in the
+order below, is the answer.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from awa.db import Database
+from awa.errors import JobNotFound
+
+#: Workers whose heartbeat is older than this count as gone.
+LIVE_WORKER_S: Final = 30.0
+
+
+class ExplainReason(StrEnum):
+    """Why a job is where it is (the ``.reason`` of :class:`Explanation`)."""
+
+    #: Finished (completed, failed or cancelled): it never runs again on its own.
+    FINISHED = "finished"
+    #: It runs now.
+    RUNNING = "running"
+    #: Parked until its callback is resolved or times out.
+    WAITING_FOR_CALLBACK = "waiting_for_callback"
+    #: Its ``run_at`` is in the future (a delay, a retry's backoff, a snooze).
+    SCHEDULED = "scheduled"
+    #: Its queue is paused (``pause_queue``).
+    QUEUE_PAUSED = "queue_paused"
+    #: Its fingerprint is quarantined: claims hold it.
+    QUARANTINED = "quarantined"
+    #: No live worker serves its queue.
+    NO_WORKER = "no_worker"
+    #: Due jobs of its queue with a higher priority (or older) go first.
+    BEHIND_OTHER_JOBS = "behind_other_jobs"
+    #: Nothing holds it back: the next claim of its queue takes it.
+    NEXT = "next"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: int
+    reason: ExplainReason
+    #: One sentence for a person.
+    message: str
+    #: When it becomes due (``SCHEDULED``) or its callback times out.
+    until: datetime.datetime | None = None
+    #: Due jobs ahead of it (``BEHIND_OTHER_JOBS``; counted up to 10 000).
+    ahead: int | None = None
+
+
+async def explain(db: Database, job_id: int) -> Explanation:
+    await db.require_schema()
+    row = await db.fetchrow("jobs_explain", job_id, LIVE_WORKER_S)
+    if row is None:
+        raise JobNotFound(job_id)
+    return _explain(row)
+
+
+def _explain(row: Any) -> Explanation:
+    job_id, state, queue = row["id"], row["state"], row["queue"]
+
+    def because(reason: ExplainReason, message: str, **extra: Any) -> Explanation:
+        return Explanation(job_id, reason, message, **extra)
+
+    if state in ("completed", "failed", "cancelled"):
+        return because(ExplainReason.FINISHED, f"job {job_id} is {state}: it will not run again")
+    if state == "running":
+        return because(ExplainReason.RUNNING, f"job {job_id} is running (attempt {row['attempt']})")
+    if state == "waiting_external":
+        return because(
+            ExplainReason.WAITING_FOR_CALLBACK,
+            f"job {job_id} waits for its callback (times out at {row['callback_timeout_at']})",
+            until=row["callback_timeout_at"],
+        )
+    if row["run_at"] > row["now"]:
+        return because(
+            ExplainReason.SCHEDULED,
+            f"job {job_id} is {state} until {row['run_at'].isoformat()}",
+            until=row["run_at"],
+        )
+    if row["paused"]:
+        by = f" by {row['paused_by']}" if row["paused_by"] else ""
+        return because(
+            ExplainReason.QUEUE_PAUSED,
+            f"queue {queue} is paused{by}: no worker claims from it until resume_queue",
+        )
+    if row["quarantined"]:
+        return because(
+            ExplainReason.QUARANTINED,
+            f"job {job_id}'s kind and arguments are quarantined (they kept killing workers); "
+            "release_quarantine lets it run",
+        )
+    if not row["live_workers"]:
+        return because(
+            ExplainReason.NO_WORKER,
+            f"no live worker serves queue {queue} (none heartbeat in the last {LIVE_WORKER_S:g} s)",
+        )
+    ahead = row["ahead"] or 0
+    if ahead:
+        more = "+" if ahead >= 10_000 else ""
+        return because(
+            ExplainReason.BEHIND_OTHER_JOBS,
+            f"{ahead}{more} due jobs of queue {queue} go first (higher priority, or older)",
+            ahead=ahead,
+        )
+    return because(
+        ExplainReason.NEXT, f"job {job_id} is next in queue {queue}: the next claim takes it"
+    )
