@@ -32,6 +32,7 @@
 //! A claim that fails must still be settled, so reservations never leak.
 //! `finish` of an unknown job is ignored and reported, never a panic.
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 
 /// How the mean handler time follows new samples: each finished handler
@@ -74,6 +75,10 @@ pub struct QueueSlots {
     wake_ups: u64,
     /// Paused fleet-wide (`pause_queue`): no claim takes its jobs.
     paused: bool,
+    /// Its share of `global_max_workers` against the other queues' (1 by default).
+    weight: u32,
+    /// Slots it gets before any queue above its share, while it has work.
+    min_workers: u32,
 }
 
 /// A job held by this worker: which queue's slot it takes, and its lease.
@@ -215,6 +220,8 @@ impl Dispatcher {
                 maybe_has_jobs: true,
                 wake_ups: 0,
                 paused: false,
+                weight: 1,
+                min_workers: 0,
             });
         }
         Ok(Dispatcher {
@@ -245,20 +252,18 @@ impl Dispatcher {
     /// Reserves free slots on every queue that may have jobs; `None` means
     /// there is nothing worth claiming now.
     pub fn plan_claim(&mut self) -> Option<ClaimPlan> {
-        let mut global_free = self.global_free();
+        let counts = self.claimable();
+        let counts = match self.global_max {
+            None => counts,
+            Some(_) => self.shares_of_free_slots(&counts),
+        };
         let mut wanted = Vec::new();
         let mut wake_ups = Vec::new();
-        for (index, queue) in self.queues.iter_mut().enumerate() {
-            if !queue.maybe_has_jobs || queue.paused || global_free == 0 {
-                continue;
-            }
-            let free = queue.room(self.prefetch, self.claim_batch_max);
-            let count = free.min(self.claim_batch_max).min(global_free);
+        for (index, (queue, count)) in self.queues.iter_mut().zip(counts).enumerate() {
             if count == 0 {
                 continue;
             }
             queue.reserved += count;
-            global_free -= count;
             wanted.push((index, count));
             wake_ups.push(queue.wake_ups);
         }
@@ -271,6 +276,76 @@ impl Dispatcher {
             started,
             wake_ups,
         })
+    }
+
+    /// What a claim could take from each queue now, ignoring the global cap.
+    fn claimable(&self) -> Vec<u32> {
+        self.queues
+            .iter()
+            .map(|queue| {
+                if queue.maybe_has_jobs && !queue.paused {
+                    queue
+                        .room(self.prefetch, self.claim_batch_max)
+                        .min(self.claim_batch_max)
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    /// The global cap's free slots handed out one at a time to the queue
+    /// that can take one and holds least against its share: first queues
+    /// below their `min_workers`, then the lowest slots per unit of weight
+    /// (ties to the queue listed first). Every queue with work gets its
+    /// share; none waits for another to run dry.
+    fn shares_of_free_slots(&self, claimable: &[u32]) -> Vec<u32> {
+        let mut given = vec![0u32; self.queues.len()];
+        let mut free = self.global_free();
+        while free > 0 {
+            let neediest = (0..self.queues.len())
+                .filter(|&index| given[index] < claimable[index])
+                .min_by(|&a, &b| self.compare_need(a, given[a], b, given[b]));
+            let Some(index) = neediest else { break };
+            given[index] += 1;
+            free -= 1;
+        }
+        given
+    }
+
+    /// Which of two queues is further from its share: one below its
+    /// `min_workers` first, then fewer held slots per unit of weight
+    /// (compared exactly, without floats).
+    fn compare_need(&self, a: usize, given_a: u32, b: usize, given_b: u32) -> Ordering {
+        let (qa, qb) = (&self.queues[a], &self.queues[b]);
+        let (held_a, held_b) = (qa.taken() + given_a, qb.taken() + given_b);
+        (held_a >= qa.min_workers)
+            .cmp(&(held_b >= qb.min_workers))
+            .then_with(|| {
+                (u64::from(held_a) * u64::from(qb.weight))
+                    .cmp(&(u64::from(held_b) * u64::from(qa.weight)))
+            })
+    }
+
+    /// Sets a queue's share of `global_max_workers`: its `weight` against
+    /// the other queues' (at least 1) and the `min_workers` it gets first
+    /// while it has work (at most its `max_workers`).
+    pub fn set_share(&mut self, queue: usize, weight: u32, min_workers: u32) -> Result<(), String> {
+        let Some(slots) = self.queues.get_mut(queue) else {
+            return Err(format!("no queue number {queue}"));
+        };
+        if weight == 0 {
+            return Err(format!("queue {:?}: weight must be at least 1", slots.name));
+        }
+        if min_workers > slots.max_workers {
+            return Err(format!(
+                "queue {:?}: min_workers ({min_workers}) must not exceed max_workers ({})",
+                slots.name, slots.max_workers
+            ));
+        }
+        slots.weight = weight;
+        slots.min_workers = min_workers;
+        Ok(())
     }
 
     /// A claimed job arrives: it takes one of the plan's reserved slots of
@@ -524,8 +599,51 @@ mod tests {
     #[test]
     fn the_global_cap_spans_queues() {
         let mut d = dispatcher(&[("a", 5), ("b", 5)], 10, Some(6));
-        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 5), (1, 1)]);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 3), (1, 3)]);
         assert!(d.plan_claim().is_none());
+    }
+
+    #[test]
+    fn under_the_global_cap_slots_follow_the_weights() {
+        let mut d = dispatcher(&[("a", 10), ("b", 10), ("c", 10)], 10, Some(8));
+        d.set_share(0, 3, 0).unwrap();
+        d.set_share(2, 4, 0).unwrap();
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 3), (1, 1), (2, 4)]);
+    }
+
+    #[test]
+    fn a_queue_without_work_leaves_its_share_to_the_others() {
+        let mut d = dispatcher(&[("a", 10), ("b", 10)], 10, Some(8));
+        let mut plan = d.plan_claim().unwrap();
+        assert_eq!(plan.wanted, vec![(0, 4), (1, 4)]);
+        for job_id in 1..=4 {
+            d.start(&mut plan, job_id, 1, 0).unwrap();
+        }
+        // b's part of the claim came back empty: a takes every free slot.
+        d.settle_claim(&plan, false);
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 4)]);
+    }
+
+    #[test]
+    fn a_queue_below_its_minimum_gets_freed_slots_first() {
+        let mut d = dispatcher(&[("a", 10), ("b", 10)], 10, Some(4));
+        d.set_share(0, 100, 0).unwrap();
+        d.set_share(1, 1, 2).unwrap();
+        assert_eq!(d.plan_claim().unwrap().wanted, vec![(0, 2), (1, 2)]);
+    }
+
+    #[test]
+    fn bad_shares_are_refused() {
+        let mut d = dispatcher(&[("a", 2)], 10, Some(4));
+        assert!(d
+            .set_share(0, 0, 0)
+            .unwrap_err()
+            .contains("weight must be at least 1"));
+        assert!(d
+            .set_share(0, 1, 3)
+            .unwrap_err()
+            .contains("must not exceed max_workers (2)"));
+        assert!(d.set_share(5, 1, 0).is_err());
     }
 
     #[test]

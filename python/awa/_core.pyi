@@ -441,6 +441,12 @@ class Dispatcher:
     def mark_all_ready(self) -> None:
         """Notes that every queue may have jobs (a poll tick)."""
 
+    def set_share(self, queue: str, weight: int, min_workers: int) -> None:
+        """Sets ``queue``'s share of ``global_max_workers``: its ``weight``
+        against the other queues' (at least 1) and the ``min_workers`` it gets
+        first while it has work (at most its ``max_workers``). Raises
+        ``ValueError`` otherwise."""
+
     def set_paused(self, queue: str, paused: bool) -> bool:
         """Pauses or resumes ``queue`` in this worker: no claim takes a paused
         queue's jobs; resuming marks it ready. False for a queue this worker

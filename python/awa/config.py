@@ -60,7 +60,14 @@ class WorkerConfig:
     #: urgent job inserted meanwhile waits no longer than this.
     prefetch_wait: float = 0.005
     #: Cap on handlers running at once across all queues (None: sum of queues).
+    #: Under it, queues share the free slots by ``weight`` (queue entries
+    #: ``{"name": "q", "max_workers": 8, "weight": 2, "min_workers": 1}``):
+    #: every queue with work gets its share, and one below its
+    #: ``min_workers`` gets freed slots first.
     global_max_workers: int | None = None
+    #: ``(queue, weight, min_workers)`` of the queue entries that set them
+    #: (from ``queues``; not a setting of its own).
+    queue_shares: tuple[tuple[str, int, int], ...] = ()
     #: Poll for jobs this often even without notifications (the fallback).
     poll_interval: float = 1.0
     #: Flush outcomes once this many are buffered (and write at most this
@@ -132,7 +139,12 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name in {"queues", "queue_timeouts", "dead_letter_retention_by_queue"}:
+            if field.name in {
+                "queues",
+                "queue_shares",
+                "queue_timeouts",
+                "dead_letter_retention_by_queue",
+            }:
                 continue
             if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
                 continue
@@ -230,7 +242,7 @@ def normalize_queues(
     return tuple((name, int(max_workers)) for name, max_workers in pairs)
 
 
-_QUEUE_ENTRY_KEYS = ("name", "max_workers")
+_QUEUE_ENTRY_KEYS = ("name", "max_workers", "weight", "min_workers")
 
 
 def _queue_entry(entry: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -253,7 +265,9 @@ def worker_config(
 ) -> WorkerConfig:
     """A :class:`WorkerConfig` from a worker's queues and keyword settings,
     refusing any setting it does not know by name."""
-    accepted = [field.name for field in fields(WorkerConfig) if field.name != "queues"]
+    accepted = [
+        field.name for field in fields(WorkerConfig) if field.name not in {"queues", "queue_shares"}
+    ]
     for key in settings:
         if key not in accepted:
             close = difflib.get_close_matches(str(key), accepted, n=1)
@@ -261,7 +275,39 @@ def worker_config(
             raise ConfigurationError(
                 f"unknown worker setting {key!r}{hint}; the settings are: {', '.join(accepted)}"
             )
-    return WorkerConfig(queues=normalize_queues(queues), **settings)
+    normalized = normalize_queues(queues)
+    shares = queue_shares(queues, dict(normalized))
+    if shares and settings.get("global_max_workers") is None:
+        raise ConfigurationError(
+            "weight and min_workers share global_max_workers among the queues; "
+            "set global_max_workers too (without it each queue has its own max_workers)"
+        )
+    return WorkerConfig(queues=normalized, queue_shares=shares, **settings)
+
+
+def queue_shares(queues: Any, max_workers: Mapping[str, int]) -> tuple[tuple[str, int, int], ...]:
+    """``(name, weight, min_workers)`` of the dict queue entries that set either."""
+    if isinstance(queues, Mapping):
+        return ()
+    shares = []
+    for entry in queues:
+        if not isinstance(entry, Mapping) or not ({"weight", "min_workers"} & entry.keys()):
+            continue
+        name = entry["name"]
+        weight, min_workers = entry.get("weight", 1), entry.get("min_workers", 0)
+        _require_positive_int(f"weight of queue {name!r}", weight)
+        if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 0:
+            raise ConfigurationError(
+                f"min_workers of queue {name!r} must be a whole number, 0 or more "
+                f"(got {min_workers!r})"
+            )
+        if min_workers > max_workers[name]:
+            raise ConfigurationError(
+                f"min_workers of queue {name!r} ({min_workers}) must not exceed its "
+                f"max_workers ({max_workers[name]})"
+            )
+        shares.append((name, int(weight), int(min_workers)))
+    return tuple(shares)
 
 
 def _require_positive_int(name: str, value: Any) -> None:

@@ -177,6 +177,18 @@ impl Dispatcher {
         self.inner.mark_all_ready();
     }
 
+    /// Sets a queue's share of `global_max_workers` (its weight, at least 1,
+    /// and the `min_workers` it gets first while it has work).
+    fn set_share(&mut self, queue: &str, weight: u32, min_workers: u32) -> PyResult<()> {
+        let index = self
+            .inner
+            .queue_index(queue)
+            .ok_or_else(|| PyValueError::new_err(format!("queue {queue:?} is not served")))?;
+        self.inner
+            .set_share(index, weight, min_workers)
+            .map_err(PyValueError::new_err)
+    }
+
     /// Pauses or resumes a queue in this worker (resuming marks it ready);
     /// false for a queue this worker does not serve.
     fn set_paused(&mut self, queue: &str, paused: bool) -> bool {

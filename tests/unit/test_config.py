@@ -11,12 +11,44 @@ from awa.config import WorkerConfig, normalize_queues, worker_config
 from awa.errors import ConfigurationError
 
 
-@pytest.mark.parametrize("extra", [{"weight": 0}, {"min_workers": 2}, {"rate_limit": "fast"}])
+@pytest.mark.parametrize("extra", [{"rate_limit": "fast"}, {"priority_aging_interval": 60}])
 def test_a_queue_entry_refuses_keys_it_would_ignore(extra: dict[str, object]) -> None:
     (key,) = extra
     entry = {"name": "email", "max_workers": 4, **extra}
-    with pytest.raises(ConfigurationError, match=rf"unknown key '{key}'.*name, max_workers"):
+    with pytest.raises(
+        ConfigurationError, match=rf"unknown key '{key}'.*name, max_workers, weight, min_workers"
+    ):
         normalize_queues([entry])
+
+
+def test_queue_entries_give_their_shares_of_the_global_cap() -> None:
+    config = worker_config(
+        [{"name": "a", "max_workers": 8, "weight": 3}, {"name": "b", "min_workers": 2}, ("c", 4)],
+        {"global_max_workers": 6},
+    )
+    assert config.queue_shares == (("a", 3, 0), ("b", 1, 2))
+
+
+def test_shares_without_a_global_cap_are_refused_as_unused() -> None:
+    with pytest.raises(ConfigurationError, match="set global_max_workers too"):
+        worker_config([{"name": "a", "weight": 2}], {})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"weight": 0}, "weight of queue 'a' must be an integer >= 1"),
+        ({"weight": 1.5}, "weight of queue 'a' must be an integer >= 1"),
+        ({"min_workers": -1}, "min_workers of queue 'a' must be a whole number"),
+        (
+            {"min_workers": 5},
+            r"min_workers of queue 'a' \(5\) must not exceed its max_workers \(4\)",
+        ),
+    ],
+)
+def test_bad_shares_are_refused(extra: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        worker_config([{"name": "a", "max_workers": 4, **extra}], {"global_max_workers": 4})
 
 
 def test_a_queue_entry_needs_a_name() -> None:

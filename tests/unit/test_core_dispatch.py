@@ -100,12 +100,26 @@ def test_a_full_claim_keeps_the_queue_ready_for_the_rest() -> None:
 
 def test_the_global_cap_spans_queues() -> None:
     dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=6)
-    assert wanted(dispatcher.plan_claim()) == (["a", "b"], [5, 1])
+    assert wanted(dispatcher.plan_claim()) == (["a", "b"], [3, 3])
+
+
+def test_under_the_global_cap_queues_share_by_weight() -> None:
+    dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=6)
+    dispatcher.set_share("a", 2, 0)
+    assert wanted(dispatcher.plan_claim()) == (["a", "b"], [4, 2])
+
+
+def test_a_bad_share_is_refused() -> None:
+    dispatcher = _core.Dispatcher([("a", 5)], 10, global_max_workers=6)
+    with pytest.raises(ValueError, match="weight must be at least 1"):
+        dispatcher.set_share("a", 0, 0)
+    with pytest.raises(ValueError, match="not served"):
+        dispatcher.set_share("b", 1, 0)
 
 
 def test_the_global_cap_counts_running_jobs() -> None:
     dispatcher = _core.Dispatcher([("a", 5), ("b", 5)], 10, global_max_workers=3)
-    fill(dispatcher, "a", 1, 3)
+    assert claim(dispatcher, [(1, "a"), (2, "a"), (3, "b")]) == ["run", "run", "run"]
     assert dispatcher.can_claim() is False
     assert dispatcher.plan_claim() is None
     assert dispatcher.finish(2) == (True, None)

@@ -53,6 +53,8 @@ class Pipeline:
             prefetch=config.prefetch,
             prefetch_wait_s=config.prefetch_wait,
         )
+        for queue, weight, min_workers in config.queue_shares:
+            dispatcher.set_share(queue, weight, min_workers)
         claims = ClaimSignal(dispatcher)
         reporter = Reporter()
         completer = Completer(
