@@ -16,7 +16,7 @@ import sys
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 
@@ -99,13 +99,21 @@ def _parser() -> argparse.ArgumentParser:
         "--queue",
         action="append",
         default=[],
-        metavar="NAME=MAX_WORKERS",
+        metavar=QUEUE_SPEC,
         help="a queue and its concurrency in each worker process (repeatable; default: "
-        "every task's queue, 10 each)",
+        "every task's queue, 10 each); weight and min_workers share --global-max-workers",
+    )
+    worker.add_argument(
+        "--global-max-workers",
+        type=at_least_one,
+        default=None,
+        metavar="N",
+        help="at most N handlers at once in each worker process, shared by the queues "
+        "by weight (docs/flow-control.md)",
     )
     worker.add_argument(
         "--processes",
-        type=process_count,
+        type=at_least_one,
         default=1,
         metavar="N",
         help="run N worker processes, each with every --queue's full concurrency "
@@ -254,9 +262,9 @@ def _import_failure(module_name: str, error: BaseException) -> str:
     ).rstrip()
 
 
-def process_count(text: str) -> int:
-    """``--processes``: a whole number of at least 1 (argparse reports the
-    error and exits 2 otherwise)."""
+def at_least_one(text: str) -> int:
+    """``--processes``, ``--global-max-workers``: a whole number of at least
+    1 (argparse reports the error and exits 2 otherwise)."""
     try:
         count = int(text)
     except ValueError:
@@ -273,16 +281,32 @@ def child_command(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "awa", *argv, "--processes", "1", "--no-migrate"]
 
 
-def parse_queues(specs: Sequence[str]) -> dict[str, int] | None:
+QUEUE_SPEC: Final = "NAME=MAX_WORKERS[,weight=W][,min_workers=M]"
+_QUEUE_SPEC_KEYS: Final = ("weight", "min_workers")
+
+
+def parse_queues(specs: Sequence[str]) -> list[dict[str, Any]] | None:
+    """``--queue`` values as queue entries for ``client.start``."""
     if not specs:
         return None
-    queues: dict[str, int] = {}
-    for spec in specs:
-        name, sep, count = spec.rpartition("=")
-        if not sep or not name or not count.isdigit():
-            raise ConfigurationError(f"--queue must look like NAME=MAX_WORKERS, got {spec!r}")
-        queues[name] = int(count)
-    return queues
+    return [_queue_entry(spec) for spec in specs]
+
+
+def _queue_entry(spec: str) -> dict[str, Any]:
+    head, *extras = spec.split(",")
+    name, sep, count = head.partition("=")
+    if not sep or not name or not count.isdigit():
+        raise ConfigurationError(f"--queue must look like {QUEUE_SPEC}, got {spec!r}")
+    entry: dict[str, Any] = {"name": name, "max_workers": int(count)}
+    for extra in extras:
+        key, sep, value = extra.partition("=")
+        if key not in _QUEUE_SPEC_KEYS or not sep or not value.isdigit():
+            raise ConfigurationError(
+                f"--queue must look like {QUEUE_SPEC}, got {spec!r} ({extra!r} is not "
+                "weight=W or min_workers=M with a whole number)"
+            )
+        entry[key] = int(value)
+    return entry
 
 
 def _worker_client(options: argparse.Namespace) -> AsyncClient:
@@ -307,7 +331,10 @@ async def _worker(options: argparse.Namespace) -> int:
     try:
         if options.migrate:
             await client.migrate()
-        await client.start(parse_queues(options.queue))
+        settings = {}
+        if options.global_max_workers is not None:
+            settings["global_max_workers"] = options.global_max_workers
+        await client.start(parse_queues(options.queue), **settings)
         worker = client.worker
         assert worker is not None
         unhealthy = asyncio.ensure_future(worker.wait_until_unhealthy())

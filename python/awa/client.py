@@ -1196,7 +1196,9 @@ class AsyncClient:
 
     async def start(
         self,
-        queues: Sequence[tuple[str, int]] | Mapping[str, int] | None = None,
+        queues: (
+            Sequence[tuple[str, int]] | Mapping[str, int] | Sequence[Mapping[str, Any]] | None
+        ) = None,
         **settings: Any,
     ) -> None:
         """Starts working jobs in this process; returns once the worker runs.
@@ -1204,7 +1206,8 @@ class AsyncClient:
         ``queues`` pairs each queue with its ``max_workers`` (handlers at once),
         e.g. ``[("email", 8), ("default", 32)]``; by default every queue a
         task was registered for, with 10 each; a queue may also be given as
-        ``{"name": "email", "max_workers": 8}``. Further keyword arguments
+        ``{"name": "email", "max_workers": 8}``, with ``"weight"`` and
+        ``"min_workers"`` for its share of ``global_max_workers``. Further keyword arguments
         tune the worker (see :class:`awa.WorkerConfig`). A setting or queue
         key awa does not know raises :class:`awa.ConfigurationError` naming
         it, never passes unused.

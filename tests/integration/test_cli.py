@@ -118,12 +118,14 @@ def test_load_client_needs_module_and_attribute():
 
 
 def test_queue_options_are_parsed_and_checked():
-    assert parse_queues(["email=8", "default=32"]) == {"email": 8, "default": 32}
+    assert parse_queues(["email=8", "default=32,weight=3,min_workers=2"]) == [
+        {"name": "email", "max_workers": 8},
+        {"name": "default", "max_workers": 32, "weight": 3, "min_workers": 2},
+    ]
     assert parse_queues([]) is None
-    with pytest.raises(ConfigurationError):
-        parse_queues(["email"])
-    with pytest.raises(ConfigurationError):
-        parse_queues(["email=many"])
+    for bad in ["email", "email=many", "email=8,weight", "email=8,speed=2", "email=8,weight=x"]:
+        with pytest.raises(ConfigurationError, match="--queue must look like NAME=MAX_WORKERS"):
+            parse_queues([bad])
 
 
 async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(restricted, conn, tmp_path):
