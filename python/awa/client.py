@@ -43,7 +43,6 @@ from awa.inserts import (
 )
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
-from awa.maintenance.periodic import PeriodicEnqueuer
 from awa.migrations import migrate as migrate_database
 from awa.tasks import Registry, Task, args_type_name, decoder_for, same_args_type
 from awa.transaction import Transaction
@@ -1228,10 +1227,7 @@ class AsyncClient:
                 f"{config.connections_needed}; raise max_connections (or your pool's max_size)"
             )
         await db.require_schema()
-        enqueuer = (
-            PeriodicEnqueuer(db, self._periodic, self._enqueue_fires) if self._periodic else None
-        )
-        worker = Worker(db, self._lifecycle, config, periodic=enqueuer)
+        worker = Worker(db, self._lifecycle, config, periodic=(self._periodic, self._enqueue_fires))
         try:
             await worker.start()
         except BaseException:

@@ -27,17 +27,19 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Final
 
 from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
 from awa.maintenance.leader import Leader
-from awa.maintenance.periodic import PeriodicEnqueuer
+from awa.maintenance.periodic import Enqueue, PeriodicEnqueuer
 from awa.maintenance.pruner import Pruner
 from awa.maintenance.rescuer import Rescuer
 from awa.maintenance.scheduler import Scheduler
 from awa.maintenance.sweeper import Sweeper
+from awa.periodic import PeriodicJob
 from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
@@ -60,11 +62,14 @@ class Worker:
         lifecycle: Lifecycle,
         config: WorkerConfig,
         *,
-        periodic: PeriodicEnqueuer | None = None,
+        periodic: tuple[Mapping[str, PeriodicJob], Enqueue] | None = None,
     ) -> None:
         self.db = db
-        #: Fires the client's periodic jobs while this worker leads.
-        self.periodic = periodic
+        #: Fires the client's periodic jobs (and how to insert a fire's
+        #: jobs) while this worker leads; None when it registers none.
+        self.periodic = (
+            PeriodicEnqueuer(db, periodic[0], periodic[1]) if periodic and periodic[0] else None
+        )
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
         self.config = config
