@@ -25,6 +25,7 @@ from awa.client import AsyncClient
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
 from awa.job import Job
+from awa.queues import QueueConfig
 from awa.worker import processes
 
 log = logging.getLogger("awa.cli")
@@ -142,6 +143,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     _database_option(show)
     show.set_defaults(run=_jobs_show)
+
+    explain = jobs_commands.add_parser("explain", help="why a job is not running now")
+    explain.add_argument("job_id", type=int, metavar="JOB_ID")
+    _database_option(explain)
+    explain.set_defaults(run=_jobs_explain)
+
+    queues = commands.add_parser("queues", help="pause, resume, drain or show a queue")
+    queue_commands = queues.add_subparsers(required=True, metavar="queues-command")
+    pause = queue_commands.add_parser("pause", help="no worker of the fleet claims from it")
+    pause.add_argument("queue", metavar="QUEUE")
+    pause.add_argument("--by", metavar="WHO", help="who pauses it, and why (kept until resumed)")
+    resume = queue_commands.add_parser("resume", help="let workers claim from it again")
+    resume.add_argument("queue", metavar="QUEUE")
+    show_queue = queue_commands.add_parser("show", help="a queue's fleet-wide settings")
+    show_queue.add_argument("queue", metavar="QUEUE")
+    drain = queue_commands.add_parser(
+        "drain", help="wait until no running, due or retrying job is left (spec 002)"
+    )
+    drain.add_argument("queue", metavar="QUEUE")
+    drain.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="give up after this long"
+    )
+    for parser_, run in ((pause, _queues_pause), (resume, _queues_resume),
+                         (show_queue, _queues_show), (drain, _queues_drain)):  # fmt: skip
+        _database_option(parser_)
+        parser_.set_defaults(run=run)
 
     demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
     demo.add_argument(
@@ -374,6 +401,52 @@ async def _jobs_show(options: argparse.Namespace) -> int:
     for line in describe_job(job, with_payload=options.payload):
         print(line)
     return 0
+
+
+async def _jobs_explain(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        explained = await client.explain(options.job_id)
+    print(f"{explained.reason.value}: {explained.message}")
+    return 0
+
+
+async def _queues_pause(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        config = await client.pause_queue(options.queue, paused_by=options.by)
+    print(describe_queue(config))
+    return 0
+
+
+async def _queues_resume(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        config = await client.resume_queue(options.queue)
+    print(describe_queue(config))
+    return 0
+
+
+async def _queues_show(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        config = await client.get_queue_config(options.queue)
+    print(describe_queue(config))
+    return 0
+
+
+async def _queues_drain(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        waited_for = await client.drain_queue(options.queue, timeout=options.timeout)
+    print(f"queue {options.queue} is drained (it waited for {waited_for} jobs)")
+    return 0
+
+
+def describe_queue(config: QueueConfig) -> str:
+    """The line ``awa queues pause|resume|show`` prints."""
+    if not config.paused:
+        return f"queue {config.queue}: not paused"
+    by = f" by {config.paused_by}" if config.paused_by else ""
+    return (
+        f"queue {config.queue}: paused since {_when(config.paused_at)}{by}; no worker claims "
+        f"from it until `awa queues resume {config.queue}`"
+    )
 
 
 def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:

@@ -1,0 +1,53 @@
+"""``awa queues pause|resume|show|drain`` and ``awa jobs explain`` on a real
+database: what they print, and named errors for bad input."""
+
+from __future__ import annotations
+
+from tests.integration.test_cli import run_awa
+
+
+async def test_pause_show_and_resume_a_queue(database_url, conn):
+    code, out, _ = await run_awa(
+        "queues", "pause", "emails", "--by", "ops", "--database-url", database_url
+    )
+    assert code == 0
+    assert out.startswith("queue emails: paused since ") and " by ops; " in out
+    assert "`awa queues resume emails`" in out
+    code, out, _ = await run_awa("queues", "show", "emails", "--database-url", database_url)
+    assert (code, " by ops; " in out) == (0, True)
+    assert await conn.fetchval("SELECT paused FROM awa.queue_settings WHERE queue = 'emails'")
+    code, out, _ = await run_awa("queues", "resume", "emails", "--database-url", database_url)
+    assert (code, out.strip()) == (0, "queue emails: not paused")
+
+
+async def test_drain_of_an_empty_queue_returns_at_once(database_url, conn):
+    code, out, _ = await run_awa("queues", "drain", "empty", "--database-url", database_url)
+    assert (code, out.strip()) == (0, "queue empty is drained (it waited for 0 jobs)")
+
+
+async def test_drain_that_times_out_says_why_and_exits_1(database_url, conn):
+    await conn.execute("INSERT INTO awa.jobs (kind, queue, args) VALUES ('k', 'stuck', '{}')")
+    await run_awa("queues", "pause", "stuck", "--database-url", database_url)
+    code, _, err = await run_awa(
+        "queues", "drain", "stuck", "--timeout", "0.3", "--database-url", database_url
+    )
+    assert code == 1
+    assert "1 jobs still outstanding (the queue is paused" in err
+    assert "Traceback" not in err
+
+
+async def test_a_bad_queue_name_is_a_named_error(database_url, conn):
+    code, _, err = await run_awa("queues", "pause", "a b", "--database-url", database_url)
+    assert code == 1
+    assert err.strip().startswith('awa: queue: "a b" is not a queue name')
+
+
+async def test_explain_prints_the_reason_and_the_sentence(database_url, conn):
+    job_id = await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES ('k', 'nobody', '{}') RETURNING id"
+    )
+    code, out, _ = await run_awa("jobs", "explain", str(job_id), "--database-url", database_url)
+    assert code == 0
+    assert out.startswith("no_worker: no live worker serves queue nobody")
+    code, _, err = await run_awa("jobs", "explain", "999999", "--database-url", database_url)
+    assert (code, err.strip()) == (1, "awa: there is no job with id 999999")
