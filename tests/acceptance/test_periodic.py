@@ -64,6 +64,31 @@ async def test_each_fire_time_is_enqueued_once_across_processes_and_a_killed_lea
     _assert_each_fire_once(await _fire_times(conn, "every_2s"), 2)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_schedule_fires_once_per_minute_across_two_processes_and_a_killed_leader(
+    database_url, ledger
+):
+    # The issue's own case, in minutes and with the default policy (about
+    # 3 minutes; the test above does the same every 2 s).
+    conn = ledger
+    periodic = {"name": "every_minute", "cron": "* * * * *", "policy": "coalesce"}
+    workers = [
+        await spawn_worker(database_url, f"w{n}", queue="cron", periodic=periodic) for n in range(2)
+    ]
+    try:
+        await eventually(lambda: _count_at_least(conn, "every_minute", 1), timeout=75)
+        leader_pid = await eventually(lambda: _leader_pid(conn), timeout=10)
+        [killed] = [worker for worker in workers if worker.pid == leader_pid]
+        os.kill(leader_pid, signal.SIGKILL)
+        await killed.wait()
+        await eventually(lambda: _count_at_least(conn, "every_minute", 3), timeout=150)
+    finally:
+        for worker in workers:
+            await stop_worker(worker)
+    _assert_each_fire_once(await _fire_times(conn, "every_minute"), 60)
+
+
 async def test_racing_leaders_enqueue_each_fire_time_once(client, conn):
     client.periodic(
         "raced", "* * * * * *", dict, {"n": 1}, kind="raced", missed_fire_policy="catch_up"
