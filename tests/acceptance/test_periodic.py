@@ -41,27 +41,38 @@ def _assert_each_fire_once(times: list[dt.datetime], step_s: int) -> None:
     assert all(gap == step_s for gap in gaps), f"a fire time was missed: {ordered}"
 
 
-async def test_each_fire_time_is_enqueued_once_across_processes_and_a_killed_leader(
-    database_url, ledger
-):
-    conn = ledger
-    periodic = {"name": "every_2s", "cron": EVERY_2S, "policy": "catch_up"}
+async def _fires_with_the_leader_killed(
+    database_url: str, conn, periodic: dict[str, str], *, before: int, after: int, wait_s: float
+) -> list[dt.datetime]:
+    """Two worker processes fire ``periodic``; once ``before`` fires are in,
+    the leader is killed, and the other process must add ``after`` more
+    within ``wait_s`` each. Returns every fire time enqueued."""
+    name = periodic["name"]
     workers = [
         await spawn_worker(database_url, f"w{n}", queue="cron", periodic=periodic) for n in range(2)
     ]
     try:
-        await eventually(lambda: _count_at_least(conn, "every_2s", 3), timeout=30)
+        await eventually(lambda: _count_at_least(conn, name, before), timeout=wait_s)
         leader_pid = await eventually(lambda: _leader_pid(conn), timeout=10)
         [killed] = [worker for worker in workers if worker.pid == leader_pid]
         os.kill(leader_pid, signal.SIGKILL)
         await killed.wait()
-        before = len(await _fire_times(conn, "every_2s"))
-        # The other process takes over and goes on firing.
-        await eventually(lambda: _count_at_least(conn, "every_2s", before + 4), timeout=30)
+        fired = len(await _fire_times(conn, name))
+        await eventually(lambda: _count_at_least(conn, name, fired + after), timeout=after * wait_s)
     finally:
         for worker in workers:
             await stop_worker(worker)
-    _assert_each_fire_once(await _fire_times(conn, "every_2s"), 2)
+    return await _fire_times(conn, name)
+
+
+async def test_each_fire_time_is_enqueued_once_across_processes_and_a_killed_leader(
+    database_url, ledger
+):
+    periodic = {"name": "every_2s", "cron": EVERY_2S, "policy": "catch_up"}
+    times = await _fires_with_the_leader_killed(
+        database_url, ledger, periodic, before=3, after=4, wait_s=30
+    )
+    _assert_each_fire_once(times, 2)
 
 
 @pytest.mark.slow
@@ -71,22 +82,11 @@ async def test_a_schedule_fires_once_per_minute_across_two_processes_and_a_kille
 ):
     # The issue's own case, in minutes and with the default policy (about
     # 3 minutes; the test above does the same every 2 s).
-    conn = ledger
     periodic = {"name": "every_minute", "cron": "* * * * *", "policy": "coalesce"}
-    workers = [
-        await spawn_worker(database_url, f"w{n}", queue="cron", periodic=periodic) for n in range(2)
-    ]
-    try:
-        await eventually(lambda: _count_at_least(conn, "every_minute", 1), timeout=75)
-        leader_pid = await eventually(lambda: _leader_pid(conn), timeout=10)
-        [killed] = [worker for worker in workers if worker.pid == leader_pid]
-        os.kill(leader_pid, signal.SIGKILL)
-        await killed.wait()
-        await eventually(lambda: _count_at_least(conn, "every_minute", 3), timeout=150)
-    finally:
-        for worker in workers:
-            await stop_worker(worker)
-    _assert_each_fire_once(await _fire_times(conn, "every_minute"), 60)
+    times = await _fires_with_the_leader_killed(
+        database_url, ledger, periodic, before=1, after=2, wait_s=75
+    )
+    _assert_each_fire_once(times, 60)
 
 
 async def test_racing_leaders_enqueue_each_fire_time_once(client, conn):
