@@ -25,6 +25,7 @@ from awa.client import AsyncClient
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
 from awa.job import Job
+from awa.periodic import PeriodicInfo
 from awa.queues import QueueConfig
 from awa.worker import processes
 
@@ -169,6 +170,21 @@ def _parser() -> argparse.ArgumentParser:
                          (show_queue, _queues_show), (drain, _queues_drain)):  # fmt: skip
         _database_option(parser_)
         parser_.set_defaults(run=run)
+
+    periodic = commands.add_parser("periodic", help="list, pause, resume or trigger periodic jobs")
+    periodic_commands = periodic.add_subparsers(required=True, metavar="periodic-command")
+    listed = periodic_commands.add_parser("list", help="every periodic job the database knows")
+    _database_option(listed)
+    listed.set_defaults(run=_periodic_list)
+    for verb, run, about in (
+        ("pause", _periodic_pause, "stop it firing, fleet-wide"),
+        ("resume", _periodic_resume, "let it fire again from its next time after now"),
+        ("trigger", _periodic_trigger, "enqueue its job now, outside its schedule"),
+    ):
+        command = periodic_commands.add_parser(verb, help=about)
+        command.add_argument("name", metavar="NAME")
+        _database_option(command)
+        command.set_defaults(run=run)
 
     demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
     demo.add_argument(
@@ -436,6 +452,51 @@ async def _queues_drain(options: argparse.Namespace) -> int:
         waited_for = await client.drain_queue(options.queue, timeout=options.timeout)
     print(f"queue {options.queue} is drained (it waited for {waited_for} jobs)")
     return 0
+
+
+async def _periodic_list(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        schedules = await client.list_periodic()
+    for info in schedules:
+        print(describe_periodic(info))
+    if not schedules:
+        print("no periodic jobs")
+    return 0
+
+
+async def _periodic_pause(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        print(describe_periodic(await client.pause_periodic(options.name)))
+    return 0
+
+
+async def _periodic_resume(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        print(describe_periodic(await client.resume_periodic(options.name)))
+    return 0
+
+
+async def _periodic_trigger(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        job = await client.trigger_periodic(options.name)
+    print(
+        f"periodic job {options.name}: enqueued job {job.id} (kind {job.kind}, queue {job.queue})"
+    )
+    return 0
+
+
+def describe_periodic(info: PeriodicInfo) -> str:
+    """One line of ``awa periodic list``."""
+    if info.retired_at is not None:
+        status = f"retired {_when(info.retired_at)}"
+    elif info.paused:
+        status = "paused"
+    else:
+        status = f"next {_when(info.next_fire_at)}"
+    return (
+        f"{info.name}  {info.cron!r} {info.timezone}  kind {info.kind}  queue {info.queue}  "
+        f"{status}  last {_when(info.last_fire_at)}"
+    )
 
 
 def describe_queue(config: QueueConfig) -> str:

@@ -51,3 +51,39 @@ async def test_explain_prints_the_reason_and_the_sentence(database_url, conn):
     assert out.startswith("no_worker: no live worker serves queue nobody")
     code, _, err = await run_awa("jobs", "explain", "999999", "--database-url", database_url)
     assert (code, err.strip()) == (1, "awa: there is no job with id 999999")
+
+
+async def _a_schedule(conn, name: str) -> None:
+    await conn.execute(
+        "INSERT INTO awa.periodic (name, cron, timezone, kind, args, options, "
+        """missed_fire_policy, next_fire_at) VALUES ($1, '0 3 * * *', 'UTC', 'nightly', """
+        """'{"n": 1}', '{"queue": "ops"}', 'coalesce', now() + interval '1 hour')""",
+        name,
+    )
+
+
+async def test_periodic_list_pause_resume_and_trigger(database_url, conn):
+    code, out, _ = await run_awa("periodic", "list", "--database-url", database_url)
+    assert (code, out.strip()) == (0, "no periodic jobs")
+    await _a_schedule(conn, "nightly")
+    code, out, _ = await run_awa("periodic", "list", "--database-url", database_url)
+    assert code == 0
+    assert out.startswith("nightly  '0 3 * * *' UTC  kind nightly  queue ops  next ")
+    code, out, _ = await run_awa("periodic", "pause", "nightly", "--database-url", database_url)
+    assert (code, "  paused  " in out) == (0, True)
+    code, out, _ = await run_awa("periodic", "resume", "nightly", "--database-url", database_url)
+    assert (code, "  next " in out) == (0, True)
+    code, out, _ = await run_awa("periodic", "trigger", "nightly", "--database-url", database_url)
+    assert code == 0
+    assert out.startswith("periodic job nightly: enqueued job ") and "queue ops" in out
+    assert (
+        await conn.fetchval(
+            "SELECT count(*) FROM awa.jobs WHERE metadata ->> 'cron_name' = 'nightly'"
+        )
+        == 1
+    )
+
+
+async def test_an_unknown_periodic_job_is_a_named_error(database_url, conn):
+    code, _, err = await run_awa("periodic", "pause", "nope", "--database-url", database_url)
+    assert (code, err.strip()) == (1, "awa: name: no periodic job is named 'nope'")
