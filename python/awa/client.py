@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import json
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, cast, overload
 
 import asyncpg
-import pydantic
 
 from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues
 from awa import explain as explaining
@@ -28,7 +26,13 @@ from awa.config import (
 )
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, check_caller_connection, open_pool
 from awa.db import POOLER_MODES, Database, reset_if_changed
-from awa.errors import ConfigurationError, JobNotFound, UniqueConflict, ValidationError
+from awa.errors import (
+    ConfigurationError,
+    JobNotFound,
+    UniqueConflict,
+    ValidationError,
+    check_text,
+)
 from awa.hooks import CANCELLED, COMPLETED, EXHAUSTED, RESCUED, RETRIED, WAITING_FOR_CALLBACK
 from awa.inserts import (
     DEFAULT_MAX_ATTEMPTS,
@@ -44,7 +48,7 @@ from awa.inserts import (
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
 from awa.migrations import migrate as migrate_database
-from awa.tasks import Registry, Task, args_type_name, decoder_for, same_args_type
+from awa.tasks import Registry, Task, args_of, args_type_name, decoder_for, same_args_type
 from awa.transaction import Transaction
 from awa.worker import Worker
 
@@ -243,7 +247,7 @@ class AsyncClient:
         if name in self._periodic:
             raise ConfigurationError(f"periodic job {name!r} is registered twice")
         schedule = periodic_jobs.schedule_of(name, cron_expr, timezone, missed_fire_policy)
-        value = _args_of(args_type, args)
+        value = args_of(args_type, args)
         options: dict[str, Any] = {
             key: option
             for key, option in (
@@ -280,10 +284,8 @@ class AsyncClient:
         db = await self._database()
         info = await periodic_jobs.get(db, name)
         now = datetime.datetime.now(datetime.UTC)
-        options = {key: value for key, value in info.options.items() if key != "metadata"}
-        metadata = {**periodic_jobs.fire_metadata(info.options.get("metadata"), name, now),
-                    "cron_triggered": True}  # fmt: skip
-        job: Job[Any] = await self.insert(info.args, kind=info.kind, metadata=metadata, **options)
+        options = periodic_jobs.fire_options(info.options, name, now, cron_triggered=True)
+        job: Job[Any] = await self.insert(info.args, kind=info.kind, **options)
         return job
 
     async def delete_periodic(self, name: str) -> bool:
@@ -301,18 +303,18 @@ class AsyncClient:
         connection: Any,
     ) -> None:
         """One periodic job's fires, as jobs, on the leader's connection."""
-        shared = {key: value for key, value in options.items() if key != "metadata"}
         await self.insert_many(
             [args] * len(fires),
             kind=kind,
             opts=[
-                {"run_at": fire, "metadata": periodic_jobs.fire_metadata(
-                    options.get("metadata"), name, fire)}
+                cast(
+                    InsertOptions,
+                    {**periodic_jobs.fire_options(options, name, fire), "run_at": fire},
+                )
                 for fire in fires
             ],
             connection=connection,
-            **shared,
-        )  # fmt: skip
+        )
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -1268,14 +1270,7 @@ class AsyncClient:
 
 
 def _cancel_reason(reason: Any) -> str:
-    if not isinstance(reason, str) or not reason or len(reason) > MAX_CANCEL_REASON_CHARS:
-        raise ValidationError(
-            f"reason: must be a non-empty string of at most {MAX_CANCEL_REASON_CHARS} characters",
-            "reason",
-        )
-    if "\x00" in reason:
-        raise ValidationError("reason: must not contain NUL characters", "reason")
-    return reason
+    return check_text(reason, "reason", MAX_CANCEL_REASON_CHARS)
 
 
 def _check_flag(name: str, value: Any) -> None:
@@ -1298,23 +1293,3 @@ async def migrate(url: str | None = None, **client_options: Any) -> list[int]:
     ``connect_timeout=``, ``pooler=``)."""
     async with AsyncClient(url, **client_options) as client:
         return await client.migrate()
-
-
-def _args_of(args_type: Any, args: Any) -> Any:
-    """``args`` as an instance of ``args_type`` (a dict is validated into a
-    pydantic model or a dataclass), or :class:`ValidationError`."""
-    if isinstance(args_type, type) and isinstance(args, args_type):
-        return args
-    if isinstance(args, Mapping) and isinstance(args_type, type):
-        if issubclass(args_type, pydantic.BaseModel):
-            try:
-                return args_type.model_validate(args)
-            except pydantic.ValidationError as error:
-                raise ValidationError(f"args: {error}", "args") from None
-        if dataclasses.is_dataclass(args_type):
-            try:
-                return args_type(**args)
-            except TypeError as error:
-                raise ValidationError(f"args: {error}", "args") from None
-    name = getattr(args_type, "__name__", repr(args_type))
-    raise ValidationError(f"args: must be a {name} (got {type(args).__name__})", "args")

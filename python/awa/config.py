@@ -13,6 +13,8 @@ from awa._core import check_queue_name
 from awa.errors import ConfigurationError, ValidationError
 
 DEFAULT_MAX_WORKERS = 10
+#: How long a worker may be silent before the fleet counts it as gone.
+DEFAULT_HEARTBEAT_STALENESS_S = 30.0
 #: Crashes (worker died mid-attempt) a job survives before it fails with
 #: ``crash_loop``. ``None`` means unbounded.
 DEFAULT_MAX_CRASHES = 5
@@ -78,7 +80,7 @@ class WorkerConfig:
     #: How often this process proves it is alive.
     heartbeat_interval: float = 5.0
     #: Claims of a process silent this long are rescued.
-    heartbeat_staleness: float = 30.0
+    heartbeat_staleness: float = DEFAULT_HEARTBEAT_STALENESS_S
     #: How often the maintenance leader looks for orphaned claims.
     rescue_interval: float = 5.0
     #: How often the maintenance leader sweeps each lane (queue and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class AwaError(Exception):
@@ -189,3 +190,16 @@ class PayloadOmitted(AwaError):
             "were not fetched"
         )
         self.job_id = job_id
+
+
+def check_text(value: Any, field: str, max_chars: int) -> str:
+    """``value`` if it is a string of 1 to ``max_chars`` characters without
+    NUL (a reason, a name, who did something); else :class:`ValidationError`
+    naming ``field``."""
+    if not isinstance(value, str) or not value or len(value) > max_chars:
+        raise ValidationError(
+            f"{field}: must be a non-empty string of at most {max_chars} characters", field
+        )
+    if "\x00" in value:
+        raise ValidationError(f"{field}: must not contain NUL characters", field)
+    return value

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from awa.config import DEFAULT_HEARTBEAT_STALENESS_S
 from awa.db import Database
 from awa.errors import JobNotFound
 
-#: Workers whose heartbeat is older than this count as gone.
-LIVE_WORKER_S: Final = 30.0
+#: Workers whose heartbeat is older than this count as gone (the workers'
+#: own default; each worker's setting is known only to it).
+LIVE_WORKER_S: Final = DEFAULT_HEARTBEAT_STALENESS_S
 
 
 class ExplainReason(StrEnum):

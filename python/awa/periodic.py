@@ -29,8 +29,9 @@ from typing import Any, Final, Literal
 
 from croniter import croniter
 
+from awa import _core
 from awa.db import Database
-from awa.errors import ValidationError
+from awa.errors import ValidationError, check_text
 
 MissedFirePolicy = Literal["coalesce", "catch_up", "skip"]
 MISSED_FIRE_POLICIES: Final = ("coalesce", "catch_up", "skip")
@@ -40,7 +41,6 @@ MISSED_AFTER_S: Final = 60.0
 #: The most fire times one pass enqueues for one schedule (``catch_up``
 #: after a long outage); the rest follow on the next passes.
 MAX_FIRES_PER_PASS: Final = 1000
-MAX_NAME_CHARS: Final = 200
 #: The insert options a schedule keeps for its jobs.
 JOB_OPTIONS: Final = ("queue", "priority", "max_attempts", "tags", "metadata")
 
@@ -151,20 +151,23 @@ def schedule_of(name: Any, cron: Any, timezone: Any, missed_fire_policy: Any) ->
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS or "\x00" in name:
-        raise ValidationError(
-            f"name: must be a string of 1-{MAX_NAME_CHARS} characters without NUL "
-            f"(got {name!r:.60})",
-            "name",
-        )
-    return name
+    return check_text(name, "name", _core.MAX_NAME_CHARS)
 
 
-def fire_metadata(
-    metadata: Mapping[str, Any] | None, name: str, fire_at: datetime.datetime
+def fire_options(
+    options: Mapping[str, Any], name: str, fire_at: datetime.datetime, **metadata: Any
 ) -> dict[str, Any]:
-    """A fire's job metadata: the schedule's, plus its name and fire time."""
-    return {**(metadata or {}), "cron_name": name, "cron_fire_at": fire_at.isoformat()}
+    """The insert options of a fire's job: the schedule's, with its name and
+    fire time (and ``metadata``) added to the schedule's metadata."""
+    return {
+        **options,
+        "metadata": {
+            **(options.get("metadata") or {}),
+            "cron_name": name,
+            "cron_fire_at": fire_at.isoformat(),
+            **metadata,
+        },
+    }
 
 
 # ── admin ───────────────────────────────────────────────────────────────

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from awa._core import check_queue_name
 from awa.db import Database
-from awa.errors import ValidationError
+from awa.errors import ValidationError, check_text
 
 
 @dataclass(frozen=True)
@@ -68,16 +68,8 @@ async def set_paused(
 
 
 def _check_paused_by(paused_by: Any) -> None:
-    if paused_by is None:
-        return
-    if not isinstance(paused_by, str) or not 1 <= len(paused_by) <= MAX_PAUSED_BY_CHARS:
-        raise ValidationError(
-            f"paused_by: must be None or a string of 1-{MAX_PAUSED_BY_CHARS} characters "
-            f"(got {paused_by!r:.60})",
-            "paused_by",
-        )
-    if "\x00" in paused_by:
-        raise ValidationError("paused_by: must not contain NUL characters", "paused_by")
+    if paused_by is not None:
+        check_text(paused_by, "paused_by", MAX_PAUSED_BY_CHARS)
 
 
 async def get_config(db: Database, queue: str) -> QueueConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_origin
 
@@ -260,6 +260,30 @@ def _check_args(task: Task, args: Any) -> None:
             f"kind {task.kind!r}: {details}",
             problems[0][0],
         ) from None
+
+
+def args_of(args_type: Any, args: Any) -> Any:
+    """``args`` as a value of ``args_type``: as given when it already is one,
+    else validated the way a worker decodes a kind's arguments (a dict into
+    a pydantic model or a dataclass); :class:`ValidationError` otherwise."""
+    if is_mapping_type(args_type):
+        if isinstance(args, dict):
+            return args
+    elif isinstance(args_type, type) and isinstance(args, args_type):
+        return args
+    elif isinstance(args, Mapping):
+        validate = _python_validator_for(args_type)
+        assert validate is not None  # only mapping types have none
+        try:
+            return validate(args)
+        except pydantic.ValidationError as error:
+            details = "; ".join(f"{where}: {message}" for where, message in args_problems(error))
+            raise ValidationError(
+                f"args: do not validate as {args_type_name(args_type)}: {details}", "args"
+            ) from None
+    raise ValidationError(
+        f"args: must be a {args_type_name(args_type)} (got {type(args).__name__})", "args"
+    )
 
 
 def args_problems(error: pydantic.ValidationError) -> list[tuple[str, str]]:
