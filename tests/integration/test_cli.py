@@ -157,20 +157,33 @@ async def test_a_worker_that_cannot_recover_exits_non_zero_and_says_why(restrict
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-
-        async def registered() -> bool:
-            return bool(await conn.fetchval("SELECT count(*) FROM awa.workers"))
-
-        await eventually(registered, timeout=30)
+        # Not merely registered: start() runs statements after registering,
+        # and one refused there is a failed start (exit 1, "the database
+        # refused"), not the running worker's unhealthiness this is about.
+        started = await asyncio.wait_for(read_until(process.stderr, b"started on"), 30)
         async with revoked(conn, role):
-            _, err = await asyncio.wait_for(process.communicate(), 60)
+            _, rest = await asyncio.wait_for(process.communicate(), 60)
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
-    assert process.returncode == 1, err.decode()
-    assert "unhealthy" in err.decode()
-    assert "InsufficientPrivilege" in err.decode()
+    err = (started + rest).decode()
+    assert process.returncode == 1, err
+    assert "unhealthy" in err
+    assert "InsufficientPrivilege" in err
+
+
+async def read_until(stream: asyncio.StreamReader | None, marker: bytes) -> bytes:
+    """The lines of ``stream`` up to and including the first holding ``marker``."""
+    assert stream is not None
+    lines = []
+    while True:
+        line = await stream.readline()
+        if not line:
+            raise AssertionError(f"the stream ended before {marker!r}: {b''.join(lines)!r}")
+        lines.append(line)
+        if marker in line:
+            return b"".join(lines)
 
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("awa")
