@@ -46,6 +46,7 @@ async def spawn_worker(
     settings: dict[str, Any] | None = None,
     periodic: dict[str, str] | None = None,
     stderr: int | None = None,
+    slots: int | None = None,
 ) -> asyncio.subprocess.Process:
     """Starts a worker process and waits until it says it runs (a crashing
     one may die before it says anything)."""
@@ -55,6 +56,8 @@ async def spawn_worker(
         env["AWA_TEST_WORKER_SETTINGS"] = json.dumps(settings)
     if periodic:
         env["AWA_TEST_PERIODIC"] = json.dumps(periodic)
+    if slots is not None:
+        env["AWA_TEST_SLOTS"] = str(slots)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

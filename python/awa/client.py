@@ -980,6 +980,36 @@ class AsyncClient:
         ``.message`` sentence. Raises :class:`awa.JobNotFound`."""
         return await explaining.explain(await self._database(), job_id)
 
+    async def configure_queue(
+        self,
+        queue: str,
+        *,
+        priority_aging_interval: float | datetime.timedelta | None | queues._Unset = queues.UNSET,
+        global_max_running: int | None | queues._Unset = queues.UNSET,
+        rate_limit: tuple[float, int] | None | queues._Unset = queues.UNSET,
+    ) -> queues.QueueConfig:
+        """Sets ``queue``'s flow control for the whole fleet; a setting not
+        given keeps its value, ``None`` removes it. Every worker applies a
+        change within one poll interval (at once where LISTEN reaches it),
+        without a restart; returns the queue's settings.
+
+        ``priority_aging_interval`` (seconds, or a timedelta): a due job
+        counts one priority level more urgent per interval it has waited,
+        so a steady stream of urgent jobs cannot starve the others.
+        ``global_max_running``: at most this many of the queue's jobs run at
+        once across every worker process and host, on top of each
+        process's ``max_workers``. ``rate_limit=(max_rate_per_s, burst)``:
+        at most that many jobs start per second across the fleet, ``burst``
+        at once after a lull; a job held back waits, available, and is not
+        charged an attempt. See docs/flow-control.md."""
+        return await queues.configure(
+            await self._database(),
+            queue,
+            priority_aging_interval=priority_aging_interval,
+            global_max_running=global_max_running,
+            rate_limit=rate_limit,
+        )
+
     async def get_queue_config(self, queue: str) -> queues.QueueConfig:
         """``queue``'s fleet-wide settings (the defaults if it has none)."""
         return await queues.get_config(await self._database(), queue)

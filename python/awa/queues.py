@@ -1,11 +1,14 @@
 """Fleet-wide queue settings (``pause_queue``, ``resume_queue``,
-``get_queue_config``) and ``drain_queue``.
+``configure_queue``, ``get_queue_config``) and ``drain_queue``.
 
 Settings live in ``awa.queue_settings`` (one row per queue that has one),
 so every worker process and host agrees and a change applies without a
 restart: a change is sent on ``awa_control`` and every worker also rereads
-the settings at each poll interval (:mod:`awa.worker.pausing`). A paused
-queue still takes inserts; no worker claims from it until it is resumed.
+the settings at each poll interval (:mod:`awa.worker.queue_settings`). A
+paused queue still takes inserts; no worker claims from it until it is
+resumed. Priority aging, ceilings and rate limits are applied by every
+claim in the database (``awa.claim_v1``, migration 0019), so they hold for
+the fleet at once.
 
 Queue names follow one grammar everywhere (inserts, worker queues, these
 settings): 1-64 characters of letters, digits, ``.``, ``_`` and ``-``,
@@ -18,7 +21,7 @@ import asyncio
 import datetime
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from awa._core import check_queue_name
 from awa.db import Database
@@ -38,6 +41,26 @@ class QueueConfig:
     paused_by: str | None = None
     #: When a setting last changed.
     updated_at: datetime.datetime | None = None
+    #: Seconds a due job waits per level of priority it gains (``None``: no aging).
+    priority_aging_interval: float | None = None
+    #: At most this many of the queue's jobs run at once across the fleet.
+    global_max_running: int | None = None
+    #: ``(max_rate_per_s, burst)``: claims start at most this many jobs a
+    #: second across the fleet, with up to ``burst`` at once after a lull.
+    rate_limit: tuple[float, int] | None = None
+
+
+class _Unset:
+    """A ``configure_queue`` setting not given: it keeps its value."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset()
+RateLimit: TypeAlias = tuple[float, int]
+#: The highest ceiling and burst accepted (a smallint-sized sanity bound).
+MAX_LIMIT: Final = 1_000_000
 
 
 def check_queue(queue: Any) -> str:
@@ -70,6 +93,79 @@ async def set_paused(
 def _check_paused_by(paused_by: Any) -> None:
     if paused_by is not None:
         check_text(paused_by, "paused_by", MAX_PAUSED_BY_CHARS)
+
+
+async def configure(
+    db: Database,
+    queue: str,
+    *,
+    priority_aging_interval: float | datetime.timedelta | None | _Unset = UNSET,
+    global_max_running: int | None | _Unset = UNSET,
+    rate_limit: RateLimit | None | _Unset = UNSET,
+) -> QueueConfig:
+    """Sets the flow-control settings given (``None`` removes one) and keeps
+    the others; returns the queue's settings."""
+    check_queue(queue)
+    aging = (
+        priority_aging_interval
+        if isinstance(priority_aging_interval, _Unset)
+        else _aging_s(priority_aging_interval)
+    )
+    if not isinstance(global_max_running, _Unset):
+        _check_ceiling(global_max_running)
+    rate = rate_limit if isinstance(rate_limit, _Unset) else _rate_limit(rate_limit)
+    await db.require_schema()
+    row = await db.fetchrow(
+        "queue_settings_configure",
+        queue,
+        not isinstance(aging, _Unset), None if isinstance(aging, _Unset) else aging,
+        not isinstance(global_max_running, _Unset),
+        None if isinstance(global_max_running, _Unset) else global_max_running,
+        not isinstance(rate, _Unset),
+        None if isinstance(rate, _Unset) or rate is None else rate[0],
+        None if isinstance(rate, _Unset) or rate is None else rate[1],
+    )  # fmt: skip
+    return _config(row)
+
+
+def _aging_s(interval: Any) -> float | None:
+    if interval is None:
+        return None
+    seconds = interval.total_seconds() if isinstance(interval, datetime.timedelta) else interval
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ValidationError(
+            "priority_aging_interval: must be a positive number of seconds or a timedelta "
+            f"(got {interval!r})",
+            "priority_aging_interval",
+        )
+    return float(seconds)
+
+
+def _check_ceiling(ceiling: Any) -> None:
+    if ceiling is None:
+        return
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 1 <= ceiling <= MAX_LIMIT:
+        raise ValidationError(
+            f"global_max_running: must be an integer from 1 to {MAX_LIMIT} (got {ceiling!r})",
+            "global_max_running",
+        )
+
+
+def _rate_limit(limit: Any) -> RateLimit | None:
+    if limit is None:
+        return None
+    problem = (
+        "rate_limit: must be (max_rate_per_s, burst): a positive number of jobs a second "
+        f"and an integer burst from 1 to {MAX_LIMIT} (got {limit!r})"
+    )
+    if not isinstance(limit, tuple | list) or len(limit) != 2:
+        raise ValidationError(problem, "rate_limit")
+    rate, burst = limit
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= MAX_LIMIT:
+        raise ValidationError(problem, "rate_limit")
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_LIMIT:
+        raise ValidationError(problem, "rate_limit")
+    return float(rate), burst
 
 
 async def get_config(db: Database, queue: str) -> QueueConfig:
@@ -123,4 +219,7 @@ def _config(row: Any) -> QueueConfig:
         paused_at=row["paused_at"],
         paused_by=row["paused_by"],
         updated_at=row["updated_at"],
+        priority_aging_interval=row["priority_aging_s"],
+        global_max_running=row["global_max_running"],
+        rate_limit=None if row["rate_per_s"] is None else (row["rate_per_s"], row["rate_burst"]),
     )

@@ -91,7 +91,7 @@ async def test_a_worker_started_on_a_paused_queue_claims_nothing_until_it_is_res
     await client.start([(QUEUE, 2), ("default", 1)], **FAST_WORKER)
     worker = client.worker
     assert worker is not None
-    assert worker.pausing.paused == {QUEUE}
+    assert worker.queue_settings.paused == {QUEUE}
     await asyncio.sleep(3 * FAST_WORKER["poll_interval"])
     assert await _claimed(conn, [job.id]) == 0
     await client.resume_queue(QUEUE)

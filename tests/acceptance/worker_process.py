@@ -55,7 +55,8 @@ async def main(url: str, name: str, mode: str, queue: str) -> None:
             missed_fire_policy=periodic["policy"],
         )  # fmt: skip
     settings = {**FAST_WORKER, **json.loads(os.environ.get("AWA_TEST_WORKER_SETTINGS", "{}"))}
-    await serve_until_sigterm(client, queue, 8, settings)
+    slots = int(os.environ.get("AWA_TEST_SLOTS", "8"))
+    await serve_until_sigterm(client, queue, slots, settings)
     await recorder.close()
 
 

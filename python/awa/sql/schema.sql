@@ -791,6 +791,8 @@ BEGIN
                     -- interval it has been due, down to 1.
                     SELECT h.*,
                            CASE WHEN queue_aging IS NULL THEN h.priority::integer
+                                -- (greatest ignores a NULL: a lane without one)
+                                WHEN h.head_run_at IS NULL THEN NULL
                                 ELSE greatest(1, h.priority - floor(extract(epoch FROM
                                          now() - h.head_run_at) / queue_aging))::integer
                            END AS head_level

@@ -35,9 +35,12 @@ worst latency of a busy worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     from awa.worker.claims import ClaimSignal
     from awa.worker.completer import Completer
     from awa.worker.executor import Executor
+    from awa.worker.queue_settings import QueueSettingsWatcher
     from awa.worker.supervisor import Health
 
 log = logging.getLogger("awa.producer")
@@ -106,6 +110,10 @@ class Producer:
         self._no_claim_in_flight.set()
         self._reconcile_now = asyncio.Event()
         self._next_poll = time.monotonic() + poll_interval_s
+        #: The served queues' ceilings and rate limits (the worker sets it):
+        #: a claim they cut short is looked at again soon, not at the next poll.
+        self.queue_settings: QueueSettingsWatcher | None = None
+        self._rechecks: set[str] = set()
         self.claims = 0
         self.reconciled = 0
 
@@ -205,7 +213,8 @@ class Producer:
             self.claims += 1
             if len(rows) > 1:
                 # RETURNING keeps no order; prefetched jobs wait in this one.
-                rows.sort(key=_urgency)
+                aging_s = self.queue_settings.aging_s if self.queue_settings else None
+                rows.sort(key=functools.partial(_urgency, aging_s) if aging_s else _plain_urgency)
             for row in rows:
                 self._executor.start(row, plan_id)
         finally:
@@ -213,6 +222,27 @@ class Producer:
             self._in_flight -= 1
             if not self._in_flight:
                 self._no_claim_in_flight.set()
+        self._recheck_limited(queues, counts, rows)
+
+    def _recheck_limited(self, queues: Sequence[str], counts: Sequence[int], rows: Any) -> None:
+        """A queue whose ceiling or rate limit may have cut this claim short
+        still has jobs: it is marked ready again once a slot or a token may
+        be there, where a short claim would otherwise mark it empty."""
+        limits = self.queue_settings.recheck_after if self.queue_settings else None
+        if not limits:
+            return
+        got = Counter(row["queue"] for row in rows)
+        loop = asyncio.get_running_loop()
+        for queue, count in zip(queues, counts, strict=True):
+            delay = limits.get(queue)
+            if delay is not None and got[queue] < count and queue not in self._rechecks:
+                self._rechecks.add(queue)
+                loop.call_later(delay, self._recheck, queue)
+
+    def _recheck(self, queue: str) -> None:
+        self._rechecks.discard(queue)
+        if not self._stopping:
+            self._claims.ready(queue)
 
     async def reconciler(self) -> None:
         """The reconciler service: after a failed claim, and every
@@ -259,8 +289,19 @@ class Producer:
             self._claims.ready(None)
 
 
-def _urgency(row: Any) -> tuple[int, Any, int]:
+def _plain_urgency(row: Any) -> tuple[int, Any, int]:
     return row["priority"], row["run_at"], row["id"]
+
+
+def _urgency(aging_s: Mapping[str, float], row: Any) -> tuple[int, Any, int]:
+    """The claim's order: with aging, by the level the job had aged to
+    when claimed (as awa.claim_v1 reckons it), then run_at, then id."""
+    priority = row["priority"]
+    interval_s = aging_s.get(row["queue"])
+    if interval_s is not None:
+        waited_s = (row["attempted_at"] - row["run_at"]).total_seconds()
+        priority = max(1, priority - math.floor(waited_s / interval_s))
+    return priority, row["run_at"], row["id"]
 
 
 def _backoff(failures: int) -> float:

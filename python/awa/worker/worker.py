@@ -43,8 +43,8 @@ from awa.periodic import PeriodicJob
 from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
-from awa.worker.pausing import VERB as PAUSING_VERB
-from awa.worker.pausing import PauseWatcher
+from awa.worker.queue_settings import VERB as QUEUE_SETTINGS_VERB
+from awa.worker.queue_settings import QueueSettingsWatcher
 from awa.worker.pipeline import Pipeline
 from awa.worker.supervisor import Health, ServiceFactory, Supervisor
 
@@ -103,12 +103,13 @@ class Worker:
         self.executor = pipeline.executor
         self.producer = pipeline.producer
         self.control = pipeline.executor.control
-        self.pausing = PauseWatcher(
+        self.queue_settings = QueueSettingsWatcher(
             self.db, self.dispatcher, pipeline.claims, self.health, queue_names,
             config.poll_interval,
         )  # fmt: skip
         # Before any claim: a queue paused fleet-wide is never claimed from.
-        await self.pausing.load()
+        await self.queue_settings.load()
+        self.producer.queue_settings = self.queue_settings
         self.notifier = Notifier(self.db, pipeline.claims.ready, self._on_control, self.health)
         self.loop_watch = LoopWatch(self._describe_task)
         self.heartbeat = Heartbeat(
@@ -128,7 +129,7 @@ class Worker:
         else:
             spawn("notifier", self.notifier.run)
         spawn("quarantine", lambda: self.control.watch_quarantine(self.db, self.health))
-        spawn("pausing", self.pausing.run)
+        spawn("queue-settings", self.queue_settings.run)
         spawn("leader", self.leader.run)
         spawn("health", self._watch_health)
         spawn("report", self._report)
@@ -251,8 +252,8 @@ class Worker:
 
     def _on_control(self, payload: str) -> None:
         """One ``awa_control`` message: queue settings, or about a job."""
-        if payload.partition(":")[0] == PAUSING_VERB:
-            self.pausing.told()
+        if payload.partition(":")[0] == QUEUE_SETTINGS_VERB:
+            self.queue_settings.told()
         else:
             self.control.deliver(payload)
 

@@ -15,16 +15,46 @@ ON CONFLICT (queue) DO UPDATE SET
     paused_at = CASE WHEN excluded.paused THEN coalesce(s.paused_at, now()) END,
     paused_by = CASE WHEN excluded.paused THEN coalesce(excluded.paused_by, s.paused_by) END,
     updated_at = now()
-RETURNING queue, paused, paused_at, paused_by, updated_at;
+RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
+          global_max_running, rate_per_s, rate_burst;
 
 -- name: queue_settings_get
 -- The settings of queue $1 (no row: the defaults).
-SELECT queue, paused, paused_at, paused_by, updated_at
+SELECT queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
+       global_max_running, rate_per_s, rate_burst
 FROM awa.queue_settings
 WHERE queue = $1::text;
 
--- name: queue_settings_paused
--- Which of the queues $1 a worker serves are paused.
-SELECT queue
+-- name: queue_settings_configure
+-- Sets the flow-control settings of queue $1 that are marked to set ($2
+-- the aging interval $3, $4 the ceiling $5, $6 the rate limit $7 per
+-- second with burst $8; NULL removes one), keeps the others, and tells
+-- every worker on awa_control; returns the queue's settings. A rate limit
+-- set again keeps the tokens its bucket holds (up to the new burst).
+WITH told AS (
+    SELECT pg_notify('awa_control', 'queues:' || $1::text)
+)
+INSERT INTO awa.queue_settings AS s (queue, priority_aging_s, global_max_running, rate_per_s,
+                                     rate_burst, updated_at)
+SELECT $1::text, $3::float8, $5::integer, $7::float8, $8::integer, now()
+FROM told
+ON CONFLICT (queue) DO UPDATE SET
+    priority_aging_s = CASE WHEN $2::boolean THEN excluded.priority_aging_s
+                            ELSE s.priority_aging_s END,
+    global_max_running = CASE WHEN $4::boolean THEN excluded.global_max_running
+                              ELSE s.global_max_running END,
+    rate_per_s = CASE WHEN $6::boolean THEN excluded.rate_per_s ELSE s.rate_per_s END,
+    rate_burst = CASE WHEN $6::boolean THEN excluded.rate_burst ELSE s.rate_burst END,
+    rate_tokens = CASE WHEN $6::boolean AND excluded.rate_per_s IS NULL THEN NULL
+                       ELSE s.rate_tokens END,
+    rate_tokens_at = CASE WHEN $6::boolean AND excluded.rate_per_s IS NULL THEN NULL
+                          ELSE s.rate_tokens_at END,
+    updated_at = now()
+RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
+          global_max_running, rate_per_s, rate_burst;
+
+-- name: queue_settings_served
+-- The settings of the queues $1 a worker serves that have any.
+SELECT queue, paused, global_max_running, rate_per_s, priority_aging_s
 FROM awa.queue_settings
-WHERE queue = ANY ($1::text[]) AND paused;
+WHERE queue = ANY ($1::text[]);

@@ -1,0 +1,130 @@
+"""The fleet-wide settings of the queues this worker serves, as it last read them.
+
+Overview: ``client.pause_queue`` and ``client.configure_queue`` store a
+queue's settings in ``awa.queue_settings`` and send ``queues:<queue>`` on
+``awa_control``; every worker's :class:`QueueSettingsWatcher` reloads the
+settings of the queues it serves when told, at start, and at every poll
+interval. A paused queue is told to the dispatcher, which plans no claim
+for it; resuming marks the queue ready, so its claimers look at once.
+
+Ceilings and rate limits are applied by the claim itself, in the database
+(awa.claim_v1), for the whole fleet at once; what a worker needs to know of
+them is when to look again after a claim they cut short, since a short
+claim otherwise marks the queue empty until the next notification or poll
+(:meth:`QueueSettingsWatcher.recheck_after`).
+
+Failure handling: a failed reload keeps the last known settings and is
+reported to the worker's health (a database that refuses it for
+``unhealthy_after`` makes the worker unhealthy, like any service). A
+message lost with a dropped connection delays a change by at most one poll
+interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from awa._events import wait_for_event
+
+if TYPE_CHECKING:
+    from awa import _core
+    from awa.db import Database
+    from awa.worker.claims import ClaimSignal
+    from awa.worker.supervisor import Health
+
+log = logging.getLogger("awa.queue_settings")
+
+SERVICE: Final = "queue-settings"
+#: The ``awa_control`` verb that says a queue's settings changed.
+VERB: Final = "queues"
+#: How soon a claimer looks again at a queue whose ceiling cut its claim
+#: short: a slot freed by another process says nothing to this one.
+CEILING_RECHECK_S: Final = 0.05
+#: The soonest it looks again at a rate-limited queue (one token's time, at
+#: least this).
+MIN_RATE_RECHECK_S: Final = 0.01
+
+
+class QueueSettingsWatcher:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: _core.Dispatcher,
+        claims: ClaimSignal,
+        health: Health,
+        queues: list[str],
+        reload_interval_s: float,
+    ) -> None:
+        self._db = db
+        self._dispatcher = dispatcher
+        self._claims = claims
+        self._health = health
+        self._queues = queues
+        self._reload_interval_s = reload_interval_s
+        self._told = asyncio.Event()
+        #: The served queues paused now, as last read.
+        self.paused: frozenset[str] = frozenset()
+        #: The served queues with a ceiling or a rate limit, each with how
+        #: soon to look again after a claim came back short.
+        self.recheck_after: Mapping[str, float] = {}
+        #: The served queues with priority aging, each with its interval (s).
+        self.aging_s: Mapping[str, float] = {}
+        self.reloads = 0
+
+    def told(self) -> None:
+        """A ``queues:`` control message arrived: reload now."""
+        self._told.set()
+
+    async def load(self) -> None:
+        """Reads the settings and applies them; raises if the read fails."""
+        rows = await self._db.fetch("queue_settings_served", self._queues)
+        self._apply(frozenset(row["queue"] for row in rows if row["paused"]))
+        self.recheck_after = {
+            row["queue"]: _recheck_after(row)
+            for row in rows
+            if row["global_max_running"] is not None or row["rate_per_s"] is not None
+        }
+        self.aging_s = {
+            row["queue"]: row["priority_aging_s"]
+            for row in rows
+            if row["priority_aging_s"] is not None
+        }
+        self.reloads += 1
+
+    async def run(self) -> None:
+        while True:
+            await wait_for_event(self._told, self._reload_interval_s)
+            self._told.clear()
+            try:
+                await self.load()
+            except Exception as error:  # noqa: BLE001 - keep the last known settings
+                log.warning("reloading queue settings failed (%s: %s)", type(error).__name__, error)
+                self._health.failed(SERVICE, error)
+                continue
+            self._health.ok(SERVICE)
+
+    def _apply(self, paused: frozenset[str]) -> None:
+        if paused == self.paused:
+            return
+        for queue in paused - self.paused:
+            self._dispatcher.set_paused(queue, True)
+            log.info("queue %s is paused: no claims until it is resumed", queue)
+        resumed = self.paused - paused
+        for queue in resumed:
+            self._dispatcher.set_paused(queue, False)
+            log.info("queue %s is resumed", queue)
+        self.paused = paused
+        if resumed:
+            self._claims.poke()
+
+
+def _recheck_after(row: Any) -> float:
+    waits = []
+    if row["global_max_running"] is not None:
+        waits.append(CEILING_RECHECK_S)
+    if row["rate_per_s"] is not None:
+        waits.append(max(MIN_RATE_RECHECK_S, 1.0 / row["rate_per_s"]))
+    return min(waits)
