@@ -984,9 +984,9 @@ class AsyncClient:
         self,
         queue: str,
         *,
-        priority_aging_interval: float | datetime.timedelta | None | queues._Unset = queues.UNSET,
-        global_max_running: int | None | queues._Unset = queues.UNSET,
-        rate_limit: tuple[float, int] | None | queues._Unset = queues.UNSET,
+        priority_aging_interval: float | datetime.timedelta | queues._Unset | None = queues.UNSET,
+        global_max_running: int | queues._Unset | None = queues.UNSET,
+        rate_limit: tuple[float, int] | queues._Unset | None = queues.UNSET,
     ) -> queues.QueueConfig:
         """Sets ``queue``'s flow control for the whole fleet; a setting not
         given keeps its value, ``None`` removes it. Every worker applies a

@@ -99,9 +99,9 @@ async def configure(
     db: Database,
     queue: str,
     *,
-    priority_aging_interval: float | datetime.timedelta | None | _Unset = UNSET,
-    global_max_running: int | None | _Unset = UNSET,
-    rate_limit: RateLimit | None | _Unset = UNSET,
+    priority_aging_interval: float | datetime.timedelta | _Unset | None = UNSET,
+    global_max_running: int | _Unset | None = UNSET,
+    rate_limit: RateLimit | _Unset | None = UNSET,
 ) -> QueueConfig:
     """Sets the flow-control settings given (``None`` removes one) and keeps
     the others; returns the queue's settings."""

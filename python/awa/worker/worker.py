@@ -43,9 +43,9 @@ from awa.periodic import PeriodicJob
 from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
+from awa.worker.pipeline import Pipeline
 from awa.worker.queue_settings import VERB as QUEUE_SETTINGS_VERB
 from awa.worker.queue_settings import QueueSettingsWatcher
-from awa.worker.pipeline import Pipeline
 from awa.worker.supervisor import Health, ServiceFactory, Supervisor
 
 log = logging.getLogger("awa.worker")
