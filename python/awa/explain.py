@@ -10,6 +10,7 @@ order below, is the answer.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -40,6 +41,10 @@ class ExplainReason(StrEnum):
     QUARANTINED = "quarantined"
     #: No live worker serves its queue.
     NO_WORKER = "no_worker"
+    #: Its queue's fleet-wide ceiling (``global_max_running``) is reached.
+    CEILING_REACHED = "ceiling_reached"
+    #: Its queue's rate limit has no token left until ``until``.
+    RATE_LIMITED = "rate_limited"
     #: Due jobs of its queue with a higher priority (or older) go first.
     BEHIND_OTHER_JOBS = "behind_other_jobs"
     #: Nothing holds it back: the next claim of its queue takes it.
@@ -56,6 +61,8 @@ class Explanation:
     until: datetime.datetime | None = None
     #: Due jobs ahead of it (``BEHIND_OTHER_JOBS``; counted up to 10 000).
     ahead: int | None = None
+    #: The running jobs holding its queue's ceiling (``CEILING_REACHED``).
+    holders: tuple[int, ...] = ()
 
 
 async def explain(db: Database, job_id: int) -> Explanation:
@@ -105,6 +112,9 @@ def _explain(row: Any) -> Explanation:
             ExplainReason.NO_WORKER,
             f"no live worker serves queue {queue} (none heartbeat in the last {LIVE_WORKER_S:g} s)",
         )
+    held_back = _held_back_by_limits(row, because)
+    if held_back is not None:
+        return held_back
     ahead = row["ahead"] or 0
     if ahead:
         more = "+" if ahead >= 10_000 else ""
@@ -116,3 +126,28 @@ def _explain(row: Any) -> Explanation:
     return because(
         ExplainReason.NEXT, f"job {job_id} is next in queue {queue}: the next claim takes it"
     )
+
+
+def _held_back_by_limits(row: Any, because: Callable[..., Explanation]) -> Explanation | None:
+    """The queue's ceiling or rate limit, when either holds the job back now."""
+    queue, holders = row["queue"], tuple(row["ceiling_holders"] or ())
+    ceiling = row["global_max_running"]
+    if ceiling is not None and len(holders) >= ceiling:
+        shown = ", ".join(map(str, holders[:10])) + (", ..." if len(holders) > 10 else "")
+        return because(
+            ExplainReason.CEILING_REACHED,
+            f"queue {queue} runs {len(holders)} jobs, its ceiling (global_max_running="
+            f"{ceiling}): jobs {shown} hold the slots",
+            holders=holders,
+        )
+    tokens = row["rate_tokens"]
+    if tokens is not None and tokens < 1:
+        wait_s = (1 - tokens) / row["rate_per_s"]
+        until = row["now"] + datetime.timedelta(seconds=wait_s)
+        return because(
+            ExplainReason.RATE_LIMITED,
+            f"queue {queue} is rate limited ({row['rate_per_s']:g}/s, burst "
+            f"{row['rate_burst']}): the next token comes in {wait_s:.3g} s",
+            until=until,
+        )
+    return None

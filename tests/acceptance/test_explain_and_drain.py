@@ -94,6 +94,44 @@ async def test_running_and_finished_jobs(client, conn):
     assert explained.reason is ExplainReason.FINISHED and "completed" in explained.message
 
 
+async def test_a_full_ceiling_names_the_jobs_holding_it(client, conn):
+    release = asyncio.Event()
+
+    @client.task(dict, kind="held", queue=QUEUE)
+    async def held(job):
+        await release.wait()
+
+    await client.configure_queue(QUEUE, global_max_running=1)
+    holder = await client.insert({"n": 1}, kind="held")
+    await client.start([(QUEUE, 4)], **FAST_WORKER)
+    await wait_for_state(conn, holder.id, "running")
+    waiting = await client.insert({"n": 2}, kind="held")
+    try:
+        explained = await client.explain(waiting.id)
+        assert explained.reason is ExplainReason.CEILING_REACHED
+        assert explained.holders == (holder.id,)
+        assert f"jobs {holder.id} hold the slots" in explained.message
+    finally:
+        release.set()
+    await wait_for_state(conn, waiting.id, "completed")
+
+
+async def test_an_empty_token_bucket_says_when_the_next_token_comes(client, conn):
+    await _live_worker(conn)
+    await client.configure_queue(QUEUE, rate_limit=(0.01, 1))  # one token per 100 s
+    await conn.execute(
+        "UPDATE awa.queue_settings SET rate_tokens = 0, rate_tokens_at = now() WHERE queue = $1",
+        QUEUE,
+    )
+    job = await client.insert({"n": 1}, kind="k", queue=QUEUE)
+    explained = await client.explain(job.id)
+    assert explained.reason is ExplainReason.RATE_LIMITED
+    assert explained.until is not None
+    wait = explained.until - dt.datetime.now(dt.UTC)
+    assert dt.timedelta(seconds=90) < wait <= dt.timedelta(seconds=100)
+    assert "rate limited (0.01/s, burst 1)" in explained.message
+
+
 # ── drain ───────────────────────────────────────────────────────────────
 
 

@@ -890,11 +890,22 @@ WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
 -- name: jobs_explain
 -- What decides when job $1 runs: its row's facts, whether its queue is
 -- paused, whether its fingerprint is quarantined, how many live workers
--- (heartbeat within $2 seconds) serve its queue, and how many due jobs of
--- its queue a claim takes first (at most 10 000 counted). No row: no job.
+-- (heartbeat within $2 seconds) serve its queue, its queue's ceiling and
+-- the jobs holding it, its queue's rate limit and the tokens its bucket
+-- holds now (as awa.claim_v1 reckons them), and how many due jobs of its
+-- queue a claim takes first (at most 10 000 counted). No row: no job.
 SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
        j.callback_timeout_at, now() AS now,
        coalesce(s.paused, false) AS paused, s.paused_by,
+       s.global_max_running,
+       (SELECT coalesce(array_agg(h.id ORDER BY h.id), '{}') FROM awa.jobs AS h
+        WHERE h.id = ANY (s.running_ids) AND h.state = 'running') AS ceiling_holders,
+       s.rate_per_s, s.rate_burst,
+       least(s.rate_burst::float8,
+             coalesce(s.rate_tokens, s.rate_burst::float8)
+             + s.rate_per_s * greatest(0, extract(epoch FROM
+                   clock_timestamp() - coalesce(s.rate_tokens_at, clock_timestamp()))))
+           AS rate_tokens,
        EXISTS (SELECT FROM awa.quarantine AS q
                WHERE q.fingerprint = awa.job_fingerprint(j.kind, j.args)
                  AND q.quarantined_at IS NOT NULL) AS quarantined,
