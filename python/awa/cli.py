@@ -26,7 +26,7 @@ from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S
 from awa.errors import AwaError, ConfigurationError
 from awa.job import Job
 from awa.periodic import PeriodicInfo
-from awa.queues import QueueConfig
+from awa.queues import UNSET, QueueConfig
 from awa.worker import processes
 
 log = logging.getLogger("awa.cli")
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     _database_option(explain)
     explain.set_defaults(run=_jobs_explain)
 
-    queues = commands.add_parser("queues", help="pause, resume, drain or show a queue")
+    queues = commands.add_parser("queues", help="pause, resume, configure, drain or show a queue")
     queue_commands = queues.add_subparsers(required=True, metavar="queues-command")
     pause = queue_commands.add_parser("pause", help="no worker of the fleet claims from it")
     pause.add_argument("queue", metavar="QUEUE")
@@ -159,6 +159,25 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("queue", metavar="QUEUE")
     show_queue = queue_commands.add_parser("show", help="a queue's fleet-wide settings")
     show_queue.add_argument("queue", metavar="QUEUE")
+    configure = queue_commands.add_parser(
+        "configure",
+        help="set a queue's flow control for the fleet (a setting not given is kept; "
+        "'none' removes it; docs/flow-control.md)",
+    )
+    configure.add_argument("queue", metavar="QUEUE")
+    configure.add_argument(
+        "--priority-aging-interval", type=_or_none(float), default=UNSET,
+        metavar="SECONDS|none", help="a due job gains one priority level per this long",
+    )  # fmt: skip
+    configure.add_argument(
+        "--global-max-running", type=_or_none(int), default=UNSET,
+        metavar="N|none", help="at most N of its jobs run at once across the fleet",
+    )  # fmt: skip
+    configure.add_argument(
+        "--rate-limit", type=_or_none(_rate_limit), default=UNSET,
+        metavar="RATE,BURST|none", help="at most RATE jobs start a second across the fleet, "
+        "BURST at once after a lull",
+    )  # fmt: skip
     drain = queue_commands.add_parser(
         "drain", help="wait until no running, due or retrying job is left (spec 002)"
     )
@@ -167,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, metavar="SECONDS", help="give up after this long"
     )
     for parser_, run in ((pause, _queues_pause), (resume, _queues_resume),
-                         (show_queue, _queues_show), (drain, _queues_drain)):  # fmt: skip
+                         (show_queue, _queues_show), (configure, _queues_configure),
+                         (drain, _queues_drain)):  # fmt: skip
         _database_option(parser_)
         parser_.set_defaults(run=run)
 
@@ -447,6 +467,40 @@ async def _queues_show(options: argparse.Namespace) -> int:
     return 0
 
 
+async def _queues_configure(options: argparse.Namespace) -> int:
+    async with _client(options) as client:
+        config = await client.configure_queue(
+            options.queue,
+            priority_aging_interval=options.priority_aging_interval,
+            global_max_running=options.global_max_running,
+            rate_limit=options.rate_limit,
+        )
+    print(describe_queue(config))
+    return 0
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An option's value parser that also takes ``none`` (remove the setting)."""
+
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+def _rate_limit(text: str) -> tuple[float, int]:
+    rate, comma, burst = text.partition(",")
+    try:
+        if not comma:
+            raise ValueError(text)
+        return float(rate), int(burst)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected RATE,BURST (jobs a second, and an integer burst), e.g. 50,5 (got {text!r})"
+        ) from None
+
+
 async def _queues_drain(options: argparse.Namespace) -> int:
     async with _client(options) as client:
         waited_for = await client.drain_queue(options.queue, timeout=options.timeout)
@@ -500,14 +554,24 @@ def describe_periodic(info: PeriodicInfo) -> str:
 
 
 def describe_queue(config: QueueConfig) -> str:
-    """The line ``awa queues pause|resume|show`` prints."""
-    if not config.paused:
-        return f"queue {config.queue}: not paused"
-    by = f" by {config.paused_by}" if config.paused_by else ""
-    return (
-        f"queue {config.queue}: paused since {_when(config.paused_at)}{by}; no worker claims "
-        f"from it until `awa queues resume {config.queue}`"
-    )
+    """The line ``awa queues pause|resume|configure|show`` prints."""
+    if config.paused:
+        by = f" by {config.paused_by}" if config.paused_by else ""
+        line = (
+            f"queue {config.queue}: paused since {_when(config.paused_at)}{by}; no worker claims "
+            f"from it until `awa queues resume {config.queue}`"
+        )
+    else:
+        line = f"queue {config.queue}: not paused"
+    limits = []
+    if config.priority_aging_interval is not None:
+        limits.append(f"priority aging every {config.priority_aging_interval:g}s")
+    if config.global_max_running is not None:
+        limits.append(f"at most {config.global_max_running} running across the fleet")
+    if config.rate_limit is not None:
+        rate, burst = config.rate_limit
+        limits.append(f"rate limit {rate:g}/s, burst {burst}")
+    return "; ".join([line, *limits])
 
 
 def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:

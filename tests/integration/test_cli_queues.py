@@ -1,4 +1,4 @@
-"""``awa queues pause|resume|show|drain`` and ``awa jobs explain`` on a real
+"""``awa queues pause|resume|show|configure|drain`` and ``awa jobs explain`` on a real
 database: what they print, and named errors for bad input."""
 
 from __future__ import annotations
@@ -18,6 +18,35 @@ async def test_pause_show_and_resume_a_queue(database_url, conn):
     assert await conn.fetchval("SELECT paused FROM awa.queue_settings WHERE queue = 'emails'")
     code, out, _ = await run_awa("queues", "resume", "emails", "--database-url", database_url)
     assert (code, out.strip()) == (0, "queue emails: not paused")
+
+
+async def test_configure_sets_keeps_and_removes_flow_control(database_url, conn):
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--rate-limit", "50,5", "--global-max-running", "3",
+        "--priority-aging-interval", "30", "--database-url", database_url,
+    )  # fmt: skip
+    assert code == 0
+    assert out.strip() == (
+        "queue emails: not paused; priority aging every 30s; at most 3 running across the "
+        "fleet; rate limit 50/s, burst 5"
+    )
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--rate-limit", "none", "--database-url", database_url
+    )
+    assert code == 0 and "rate limit" not in out and "at most 3 running" in out
+
+
+async def test_configure_refuses_bad_values_by_name(database_url, conn):
+    code, _, err = await run_awa(
+        "queues", "configure", "emails", "--rate-limit", "50", "--database-url", database_url
+    )
+    assert code == 2 and "expected RATE,BURST" in err
+    code, _, err = await run_awa(
+        "queues", "configure", "emails", "--global-max-running", "0",
+        "--database-url", database_url,
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip().startswith("awa: global_max_running: must be an integer from 1")
 
 
 async def test_drain_of_an_empty_queue_returns_at_once(database_url, conn):
