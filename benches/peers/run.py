@@ -43,6 +43,7 @@ SYSTEMS = [
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
     "awa_queue_slow_hook",
+    "awa_queue_flow",
     "floor",
     "awa_pg",
     "pgqueuer",
@@ -56,6 +57,7 @@ AWA_SYSTEMS = {
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
     "awa_queue_slow_hook",
+    "awa_queue_flow",
 }
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 # awa-queue as an earlier commit built it (--baseline-python), driven by the
@@ -68,6 +70,7 @@ LABELS = {
     "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
     "awa_queue_noop_hook": "awa-queue + no-op hook",
     "awa_queue_slow_hook": "awa-queue + 50 ms hook",
+    "awa_queue_flow": "awa-queue + aging + rate limit",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
     "pgqueuer": "pgqueuer 1.6.0",
@@ -81,6 +84,7 @@ IMPORT_CHECKS = {
     "awa_queue_follow_up": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_noop_hook": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_slow_hook": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_flow": "import asyncpg, awa; awa.AsyncClient",
     "floor": "import asyncpg",
     "awa_pg": "import asyncpg, awa; awa.AsyncClient",
     "pgqueuer": "import asyncpg, uvloop, pgqueuer",
