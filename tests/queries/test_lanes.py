@@ -413,11 +413,19 @@ async def test_a_job_made_running_by_other_sql_is_recorded(conn):
 
 
 async def produce_and_claim(
-    database_url: str, worker: int, rng: random.Random, *, claimers: int, rollbacks: float
+    database_url: str,
+    worker: int,
+    rng: random.Random,
+    *,
+    claimers: int,
+    rollbacks: float,
+    mixed: bool = False,
 ) -> tuple[list[int], list[int]]:
     """Three producers (half their transactions read first, some stay open a
     while) and ``claimers`` claimers (a ``rollbacks`` share of their claims
-    rolled back) for two seconds; the jobs inserted and the jobs taken."""
+    rolled back) for two seconds; the jobs inserted and the jobs taken.
+    ``mixed``: each insert has a random priority, and one in five is keyed
+    up to a second back."""
     stop = asyncio.Event()
     inserted: list[int] = []
     taken: list[int] = []
@@ -430,7 +438,7 @@ async def produce_and_claim(
                     if rng.random() < 0.5:
                         await connection.fetchval("SELECT 1")
                         await asyncio.sleep(rng.random() * 0.003)
-                    inserted.extend(await insert(connection, rng.randint(1, 8)))
+                    inserted.extend(await insert(connection, rng.randint(1, 8), **fields()))
                     if rng.random() < 0.3:
                         await asyncio.sleep(rng.random() * 0.004)
         finally:
@@ -450,6 +458,15 @@ async def produce_and_claim(
                     taken.extend(await claim_ids(connection, worker, 10))
         finally:
             await connection.close()
+
+    def fields() -> dict[str, Any]:
+        if not mixed:
+            return {}
+        chosen: dict[str, Any] = {"priority": rng.randint(1, 4)}
+        if rng.random() < 0.2:
+            back = datetime.timedelta(seconds=rng.random())
+            chosen["run_at"] = (datetime.datetime.now(datetime.UTC) - back).isoformat()
+        return chosen
 
     tasks = [asyncio.create_task(producer()) for _ in range(3)]
     tasks += [asyncio.create_task(claimer()) for _ in range(claimers)]
@@ -492,3 +509,25 @@ async def test_without_rolled_back_claims_every_job_is_claimed_without_the_sweep
     assert len(taken) == len(set(taken))
     assert sorted(set(inserted) - set(taken)) == []
     assert await conn.fetchval(Q("lanes_sweep"), (await lane(conn))["id"], True, 1_000_000) is False
+
+
+async def test_with_priority_aging_every_job_is_claimed_once_without_the_sweep(conn, database_url):
+    """The same with priority aging (every 0.1 s, so levels change while the
+    claims run), random priorities and back-dated jobs: claims that take
+    only a lane's aged jobs, and move its hint to their cutoff, still take
+    every job exactly once, and leave nothing for the sweep."""
+    await conn.execute("INSERT INTO awa.queue_settings (queue, priority_aging_s) VALUES ('q', 0.1)")
+    worker = await register_worker(conn)
+    inserted, taken = await produce_and_claim(
+        database_url, worker, random.Random(13), claimers=2, rollbacks=0.0, mixed=True
+    )
+    for _ in range(5):  # notes, lowerings and later levels are each used up by a claim
+        taken.extend(await claim_ids(conn, worker, 100_000))
+    assert len(inserted) > 100
+    assert len(taken) == len(set(taken))
+    assert sorted(set(inserted) - set(taken)) == []
+    for priority in range(1, 5):
+        assert (
+            await conn.fetchval(Q("lanes_sweep"), (await lane(conn, priority))["id"], True, 10**6)
+            is False
+        )
