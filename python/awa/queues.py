@@ -7,7 +7,7 @@ restart: a change is sent on ``awa_control`` and every worker also rereads
 the settings at each poll interval (:mod:`awa.worker.queue_settings`). A
 paused queue still takes inserts; no worker claims from it until it is
 resumed. Priority aging, ceilings and rate limits are applied by every
-claim in the database (``awa.claim_v1``, migration 0019), so they hold for
+claim in the database (``awa.claim_v2``, migrations 0019 and 0020), so they hold for
 the fleet at once.
 
 Queue names follow one grammar everywhere (inserts, worker queues, these

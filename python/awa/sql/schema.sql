@@ -77,6 +77,7 @@ CREATE TABLE awa.jobs (
     failure_reason text,
     timeout_ms   integer,
     deadline_at  timestamptz,
+    rate_class   text,  -- a rate class's shared token budget (migration 0020)
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -93,11 +94,12 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
         'max_attempts_exhausted', 'terminal_error', 'callback_timeout',
         'deadline_exceeded', 'crash_loop')),
-    CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0)
+    CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0),
+    CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
--- claim reads it from the lane's hint (see awa.claim_v1). No index of this
+-- claim reads it from the lane's hint (see awa.claim_v2). No index of this
 -- table reads a column that a claim or an outcome writes, so those updates
 -- are HOT (tests/queries/test_hot_path_indexes.py).
 CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id);
@@ -339,7 +341,7 @@ CREATE TABLE awa.queue_settings (
     paused_at  timestamptz,
     paused_by  text,  -- who paused it (pause_queue(..., paused_by=)), while paused
     updated_at timestamptz NOT NULL DEFAULT now(),
-    -- Flow control (migration 0019, configure_queue; applied by awa.claim_v1):
+    -- Flow control (migration 0019, configure_queue; applied by awa.claim_v2):
     -- a waiting job counts one level more urgent per priority_aging_s due;
     priority_aging_s float8
         CONSTRAINT queue_settings_aging_positive CHECK (priority_aging_s > 0),
@@ -357,6 +359,19 @@ CREATE TABLE awa.queue_settings (
     rate_tokens float8,
     rate_tokens_at timestamptz,
     CONSTRAINT queue_settings_rate_complete CHECK ((rate_per_s IS NULL) = (rate_burst IS NULL))
+);
+
+-- Rate classes (migration 0020): token budgets shared across queues,
+-- spent by awa.claim_v2.
+CREATE TABLE awa.rate_classes (
+    name       text PRIMARY KEY
+               CONSTRAINT rate_classes_name_grammar
+               CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'),
+    rate_per_s float8 NOT NULL CONSTRAINT rate_classes_rate_positive CHECK (rate_per_s > 0),
+    burst      integer NOT NULL CONSTRAINT rate_classes_burst_positive CHECK (burst >= 1),
+    tokens     float8,       -- what the bucket held at tokens_at (NULL: full)
+    tokens_at  timestamptz,
+    updated_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- Periodic jobs (migration 0018): the leader enqueues each due fire time
@@ -443,7 +458,7 @@ CREATE SEQUENCE awa.lane_moves_seq;
 -- highest clock of the movers (a clock that went back is found by it).
 -- note_*: transactions in progress when the hint passed, each with the hint
 -- before that move. made_at: when the move was made (the sweep deletes
--- moves older than a few seconds; see awa.claim_v1).
+-- moves older than a few seconds; see awa.claim_v2).
 CREATE TABLE awa.lane_moves (
     lane_id      integer NOT NULL,
     seq          bigint NOT NULL DEFAULT nextval('awa.lane_moves_seq'),
@@ -585,7 +600,10 @@ CREATE TRIGGER jobs_follow_on_update
 -- id; with the queue's priority_aging_s, by aged level), skipping jobs other
 -- claims hold, each lane from its hint, and moves the hints. A queue's
 -- global_max_running and rate limit cap its count (its settings row locked
--- until commit; see migration 0019). Starting an attempt bumps attempt and run_lease (above any
+-- until commit; see migration 0019), and a job's rate class stops a lane's
+-- claim at the first job whose class has no token left (migration 0020);
+-- a queue a limit held back gets a row that is not a job (id NULL,
+-- attempt_deadline_at: when to look again). Starting an attempt bumps attempt and run_lease (above any
 -- lease handed out before the server last started: awa.run_lease_floor)
 -- and sets its deadline from the job's own timeout, else its kind's
 -- (timeout_kinds, kind_timeouts), else its queue's (queue_timeouts, aligned
@@ -604,7 +622,7 @@ CREATE TRIGGER jobs_follow_on_update
 -- either. The sweep deletes a move only once it is 10 seconds old, and a
 -- claim moves nothing once it has run 5, so the move this claim read still
 -- stands, or its successor does, when it inserts.
-CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
+CREATE FUNCTION awa.claim_v2(claim_queues text[], claim_counts integer[], claim_worker bigint,
                              timeout_kinds text[], kind_timeouts float8[],
                              queue_timeouts float8[])
 RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
@@ -668,6 +686,20 @@ DECLARE
     taken bigint[];
     tokens float8;
     tokens_at timestamptz;
+    classes_exist boolean;
+    picked_run_at timestamptz[];
+    picked_class text[];
+    allowed integer;
+    class_idx integer;
+    class_allowed integer;
+    class_row record;
+    class_names text[] := '{}';
+    class_tokens float8[] := '{}';
+    class_rates float8[] := '{}';
+    class_locked boolean[] := '{}';
+    class_at timestamptz[] := '{}';
+    class_cut boolean;
+    look_again_at timestamptz;
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -678,8 +710,9 @@ BEGIN
     -- order: each one's aging interval, and whether any has a ceiling or a
     -- rate limit.
     SELECT array_agg(s.priority_aging_s ORDER BY cq.ord),
-           coalesce(bool_or(s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL), false)
-    INTO aging_s, limited
+           coalesce(bool_or(s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL), false),
+           EXISTS (SELECT FROM awa.rate_classes)
+    INTO aging_s, limited, classes_exist
     FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
     LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;
     IF limited THEN
@@ -696,6 +729,7 @@ BEGIN
     FOR q IN 1 .. coalesce(cardinality(claim_queues), 0) LOOP
         CONTINUE WHEN remaining[q] <= 0;
         queue_limited := false;
+        look_again_at := NULL;
         IF limited THEN
             SELECT s.global_max_running, s.running_ids, s.rate_per_s, s.rate_burst,
                    s.rate_tokens, s.rate_tokens_at
@@ -729,6 +763,7 @@ BEGIN
                     remaining[q] := least(remaining[q], floor(tokens)::integer);
                 END IF;
                 taken := '{}';
+                allowed := remaining[q];
             END IF;
         END IF;
         queue_aging := aging_s[q];
@@ -856,9 +891,10 @@ BEGIN
                     IF lane.has_jobs OR rescan THEN
                         -- In key order (array_agg keeps the subquery's): the last
                         -- id is the top job's, and the latest run_at its.
-                        SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at)
-                        INTO picked, top_run_at
-                        FROM (SELECT j.id, j.run_at FROM awa.jobs AS j
+                        SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
+                               array_agg(c.run_at), array_agg(c.rate_class)
+                        INTO picked, top_run_at, picked_run_at, picked_class
+                        FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
                               WHERE j.queue = lane.queue AND j.priority = lane.priority
                                 AND (j.run_at, j.id) > (from_run_at, from_id)
                                 -- up to the hint when it is past now() (a claim
@@ -874,9 +910,67 @@ BEGIN
                               FOR UPDATE OF j SKIP LOCKED) AS c;
                         got := cardinality(picked);
                     END IF;
-                    IF got = asked THEN
+                    class_cut := false;
+                    IF got > 0 AND classes_exist THEN
+                        -- Rate classes: the jobs taken, in key order, up to
+                        -- the first whose class has no whole token left (or
+                        -- is held by another claim: never wait for it).
+                        class_allowed := got;
+                        FOR i IN 1 .. got LOOP
+                            CONTINUE WHEN picked_class[i] IS NULL;
+                            class_idx := array_position(class_names, picked_class[i]);
+                            IF class_idx IS NULL THEN
+                                SELECT rc.rate_per_s, rc.burst, rc.tokens, rc.tokens_at
+                                INTO class_row
+                                FROM awa.rate_classes AS rc WHERE rc.name = picked_class[i]
+                                FOR UPDATE SKIP LOCKED;
+                                class_names := class_names || picked_class[i];
+                                class_at := class_at || clock_timestamp();
+                                class_locked := class_locked || FOUND;
+                                IF FOUND THEN
+                                    class_rates := class_rates || class_row.rate_per_s;
+                                    class_tokens := class_tokens || least(class_row.burst::float8,
+                                        coalesce(class_row.tokens, class_row.burst::float8)
+                                        + class_row.rate_per_s * greatest(0, extract(epoch FROM
+                                              clock_timestamp()
+                                              - coalesce(class_row.tokens_at, clock_timestamp()))));
+                                ELSIF EXISTS (SELECT FROM awa.rate_classes AS rc
+                                              WHERE rc.name = picked_class[i]) THEN
+                                    -- Another claim spends it now.
+                                    class_rates := class_rates || NULL::float8;
+                                    class_tokens := class_tokens || 0::float8;
+                                ELSE
+                                    -- Not configured: no limit.
+                                    class_rates := class_rates || NULL::float8;
+                                    class_tokens := class_tokens || 'infinity'::float8;
+                                END IF;
+                                class_idx := cardinality(class_names);
+                            END IF;
+                            IF class_tokens[class_idx] < 1 THEN
+                                class_allowed := i - 1;
+                                look_again_at := least(look_again_at, clock_timestamp()
+                                    + CASE WHEN class_rates[class_idx] IS NULL THEN 0.01
+                                           ELSE (1 - class_tokens[class_idx]) / class_rates[class_idx] END
+                                      * interval '1 second');
+                                EXIT;
+                            END IF;
+                            class_tokens[class_idx] := class_tokens[class_idx] - 1;
+                        END LOOP;
+                        IF class_allowed < got THEN
+                            -- The rest stay available (their locks go at
+                            -- commit); the hint moves no further than the
+                            -- last job taken.
+                            class_cut := true;
+                            picked := picked[1:class_allowed];
+                            got := class_allowed;
+                            CONTINUE WHEN got = 0;
+                            top_run_at := picked_run_at[got];
+                        END IF;
+                    END IF;
+                    IF got = asked OR class_cut THEN
                         -- The last job taken; behind the hint after a rescan that
-                        -- filled the claim (a lowering), since more may wait there.
+                        -- filled the claim (a lowering), or one a rate class
+                        -- cut short, since more may wait there.
                         next_run_at := top_run_at;
                         next_id := picked[got];
                     ELSIF cutoff < greatest(now(), lane.hint_run_at) THEN
@@ -1011,6 +1105,20 @@ BEGIN
             PERFORM awa.open_lanes_v1(claim_queues[q]);
         END LOOP;
         IF queue_limited THEN
+            -- A limit that bound (it let fewer jobs be taken than asked,
+            -- and all of them were): when to look again.
+            IF allowed < claim_counts[q] AND remaining[q] <= 0 THEN
+                IF limits.global_max_running IS NOT NULL
+                   AND cardinality(holders) + cardinality(taken) >= limits.global_max_running THEN
+                    look_again_at := least(look_again_at,
+                                           clock_timestamp() + interval '50 milliseconds');
+                END IF;
+                IF tokens IS NOT NULL AND tokens - cardinality(taken) < 1 THEN
+                    look_again_at := least(look_again_at, clock_timestamp()
+                        + (1 - (tokens - cardinality(taken))) / limits.rate_per_s
+                          * interval '1 second');
+                END IF;
+            END IF;
             UPDATE awa.queue_settings AS s
             SET running_ids = CASE WHEN limits.global_max_running IS NULL THEN '{}'
                                    ELSE holders || taken END,
@@ -1018,8 +1126,43 @@ BEGIN
                 rate_tokens_at = CASE WHEN tokens IS NOT NULL THEN tokens_at END
             WHERE s.queue = claim_queues[q];
         END IF;
+        IF look_again_at IS NOT NULL THEN
+            -- Not a job: the queue has jobs a limit held back; its claimers
+            -- may look again at attempt_deadline_at (attempted_at is now).
+            RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::text, claim_queues[q],
+                                NULL::text, NULL::smallint, NULL::integer, NULL::smallint,
+                                NULL::smallint, NULL::smallint, NULL::timestamptz,
+                                NULL::timestamptz, now(), NULL::timestamptz, NULL::jsonb,
+                                NULL::text[], NULL::jsonb, NULL::jsonb, NULL::uuid,
+                                NULL::timestamptz, look_again_at;
+        END IF;
     END LOOP;
+    IF cardinality(class_names) > 0 THEN
+        UPDATE awa.rate_classes AS rc
+        SET tokens = spent.tokens, tokens_at = spent.at
+        FROM unnest(class_names, class_tokens, class_at, class_locked)
+             AS spent(name, tokens, at, locked)
+        WHERE rc.name = spent.name AND spent.locked;
+    END IF;
 END
+$$;
+
+-- What workers before migration 0020 call: awa.claim_v2 without the rows
+-- that are not jobs (a queue a limit held back), which they do not know.
+CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
+                             timeout_kinds text[], kind_timeouts float8[],
+                             queue_timeouts float8[])
+RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
+               priority smallint, attempt integer, max_attempts smallint, crashes smallint,
+               max_crashes smallint, run_at timestamptz, created_at timestamptz,
+               attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
+               metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
+               attempt_deadline_at timestamptz)
+LANGUAGE sql
+AS $$
+    SELECT * FROM awa.claim_v2(claim_queues, claim_counts, claim_worker, timeout_kinds,
+                               kind_timeouts, queue_timeouts) AS c
+    WHERE c.id IS NOT NULL
 $$;
 
 -- The leader's sweep of one lane, for jobs a claim locked and then rolled

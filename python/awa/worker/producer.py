@@ -39,8 +39,7 @@ import functools
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
@@ -110,9 +109,10 @@ class Producer:
         self._no_claim_in_flight.set()
         self._reconcile_now = asyncio.Event()
         self._next_poll = time.monotonic() + poll_interval_s
-        #: The served queues' ceilings and rate limits (the worker sets it):
-        #: a claim they cut short is looked at again soon, not at the next poll.
+        #: The served queues' settings (the worker sets it): their aging
+        #: orders a claim's jobs.
         self.queue_settings: QueueSettingsWatcher | None = None
+        #: Queues a limit held back, to be looked at again soon.
         self._rechecks: set[str] = set()
         self.claims = 0
         self.reconciled = 0
@@ -211,6 +211,8 @@ class Producer:
             )
             failed = False
             self.claims += 1
+            if any(row["id"] is None for row in rows):
+                rows = self._look_again_later(rows)
             if len(rows) > 1:
                 # RETURNING keeps no order; prefetched jobs wait in this one.
                 aging_s = self.queue_settings.aging_s if self.queue_settings else None
@@ -222,22 +224,27 @@ class Producer:
             self._in_flight -= 1
             if not self._in_flight:
                 self._no_claim_in_flight.set()
-        self._recheck_limited(queues, counts, rows)
 
-    def _recheck_limited(self, queues: Sequence[str], counts: Sequence[int], rows: Any) -> None:
-        """A queue whose ceiling or rate limit may have cut this claim short
-        still has jobs: it is marked ready again once a slot or a token may
-        be there, where a short claim would otherwise mark it empty."""
-        limits = self.queue_settings.recheck_after if self.queue_settings else None
-        if not limits:
-            return
-        got = Counter(row["queue"] for row in rows)
+    def _look_again_later(self, rows: list[Any]) -> list[Any]:
+        """The claim's jobs, without its rows that are not jobs: a queue a
+        ceiling or a rate limit held back (``awa.claim_v2``). Such a queue
+        still has jobs, so it is marked ready again when the claim says a
+        slot or a token may be there (its ``attempt_deadline_at``), where
+        the short claim would otherwise mark it empty until the next
+        notification or poll."""
         loop = asyncio.get_running_loop()
-        for queue, count in zip(queues, counts, strict=True):
-            delay = limits.get(queue)
-            if delay is not None and got[queue] < count and queue not in self._rechecks:
-                self._rechecks.add(queue)
-                loop.call_later(delay, self._recheck, queue)
+        jobs = []
+        for row in rows:
+            if row["id"] is not None:
+                jobs.append(row)
+                continue
+            queue = row["queue"]
+            if queue in self._rechecks:
+                continue
+            self._rechecks.add(queue)
+            delay_s = (row["attempt_deadline_at"] - row["attempted_at"]).total_seconds()
+            loop.call_later(max(0.0, delay_s), self._recheck, queue)
+        return jobs
 
     def _recheck(self, queue: str) -> None:
         self._rechecks.discard(queue)
@@ -295,7 +302,7 @@ def _plain_urgency(row: Any) -> tuple[int, Any, int]:
 
 def _urgency(aging_s: Mapping[str, float], row: Any) -> tuple[int, Any, int]:
     """The claim's order: with aging, by the level the job had aged to
-    when claimed (as awa.claim_v1 reckons it), then run_at, then id."""
+    when claimed (as awa.claim_v2 reckons it), then run_at, then id."""
     priority = row["priority"]
     interval_s = aging_s.get(row["queue"])
     if interval_s is not None:

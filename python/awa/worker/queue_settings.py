@@ -7,11 +7,11 @@ settings of the queues it serves when told, at start, and at every poll
 interval. A paused queue is told to the dispatcher, which plans no claim
 for it; resuming marks the queue ready, so its claimers look at once.
 
-Ceilings and rate limits are applied by the claim itself, in the database
-(awa.claim_v1), for the whole fleet at once; what a worker needs to know of
-them is when to look again after a claim they cut short, since a short
-claim otherwise marks the queue empty until the next notification or poll
-(:meth:`QueueSettingsWatcher.recheck_after`).
+Ceilings, rate limits and priority aging are applied by the claim itself,
+in the database (awa.claim_v2), for the whole fleet at once; the claim also
+says when to look again at a queue a limit held back. What a worker needs
+of them here is each queue's aging interval, to keep a claim's jobs in the
+order the claim took them.
 
 Failure handling: a failed reload keeps the last known settings and is
 reported to the worker's health (a database that refuses it for
@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from awa._events import wait_for_event
 
@@ -40,12 +40,6 @@ log = logging.getLogger("awa.queue_settings")
 SERVICE: Final = "queue-settings"
 #: The ``awa_control`` verb that says a queue's settings changed.
 VERB: Final = "queues"
-#: How soon a claimer looks again at a queue whose ceiling cut its claim
-#: short: a slot freed by another process says nothing to this one.
-CEILING_RECHECK_S: Final = 0.05
-#: The soonest it looks again at a rate-limited queue (one token's time, at
-#: least this).
-MIN_RATE_RECHECK_S: Final = 0.01
 
 
 class QueueSettingsWatcher:
@@ -67,9 +61,6 @@ class QueueSettingsWatcher:
         self._told = asyncio.Event()
         #: The served queues paused now, as last read.
         self.paused: frozenset[str] = frozenset()
-        #: The served queues with a ceiling or a rate limit, each with how
-        #: soon to look again after a claim came back short.
-        self.recheck_after: Mapping[str, float] = {}
         #: The served queues with priority aging, each with its interval (s).
         self.aging_s: Mapping[str, float] = {}
         self.reloads = 0
@@ -82,11 +73,6 @@ class QueueSettingsWatcher:
         """Reads the settings and applies them; raises if the read fails."""
         rows = await self._db.fetch("queue_settings_served", self._queues)
         self._apply(frozenset(row["queue"] for row in rows if row["paused"]))
-        self.recheck_after = {
-            row["queue"]: _recheck_after(row)
-            for row in rows
-            if row["global_max_running"] is not None or row["rate_per_s"] is not None
-        }
         self.aging_s = {
             row["queue"]: row["priority_aging_s"]
             for row in rows
@@ -119,12 +105,3 @@ class QueueSettingsWatcher:
         self.paused = paused
         if resumed:
             self._claims.poke()
-
-
-def _recheck_after(row: Any) -> float:
-    waits = []
-    if row["global_max_running"] is not None:
-        waits.append(CEILING_RECHECK_S)
-    if row["rate_per_s"] is not None:
-        waits.append(max(MIN_RATE_RECHECK_S, 1.0 / row["rate_per_s"]))
-    return min(waits)

@@ -211,16 +211,18 @@ SELECT set_config('enable_seqscan', 'off', false);
 -- name: jobs_claim
 -- Claims up to N available jobs from each named queue for one worker, most
 -- urgent first, each lane from its hint, and starts their attempts
--- (awa.claim_v1: $1 queues, $2 counts, $3 the worker, $4/$5 attempt
+-- (awa.claim_v2: $1 queues, $2 counts, $3 the worker, $4/$5 attempt
 -- timeouts by kind, $6 by queue, aligned with $1; NULL: none). Records the
 -- jobs taken in awa.claims. Returns the job's columns and then
--- attempt_deadline_at.
+-- attempt_deadline_at; and a row with a NULL id for each queue a limit
+-- held back (its attempt_deadline_at: when to look again).
 WITH claimed AS MATERIALIZED (
-    SELECT * FROM awa.claim_v1($1::text[], $2::integer[], $3::bigint, $4::text[],
+    SELECT * FROM awa.claim_v2($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[])
 ), recorded AS (
     INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
     SELECT $3::bigint, array_agg(claimed.id), min(claimed.attempt_deadline_at) FROM claimed
+    WHERE claimed.id IS NOT NULL
     HAVING count(*) > 0
 )
 SELECT * FROM claimed;

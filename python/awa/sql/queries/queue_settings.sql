@@ -55,6 +55,6 @@ RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
 
 -- name: queue_settings_served
 -- The settings of the queues $1 a worker serves that have any.
-SELECT queue, paused, global_max_running, rate_per_s, priority_aging_s
+SELECT queue, paused, priority_aging_s
 FROM awa.queue_settings
 WHERE queue = ANY ($1::text[]);
