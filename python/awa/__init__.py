@@ -50,7 +50,7 @@ from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
-from awa.queues import QueueConfig
+from awa.queues import QueueConfig, RateClass
 from awa.tasks import derive_kind
 from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
@@ -91,6 +91,7 @@ __all__ = [
     "PeriodicInfo",
     "QuarantinedFingerprint",
     "QueueConfig",
+    "RateClass",
     "RescueReason",
     "RetryAfter",
     "RunningJob",

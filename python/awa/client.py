@@ -1010,6 +1010,24 @@ class AsyncClient:
             rate_limit=rate_limit,
         )
 
+    async def configure_rate_class(self, name: str, *, rate: float, burst: int) -> queues.RateClass:
+        """Sets rate class ``name``: every job inserted with
+        ``rate_class=name`` (or of a task registered with it), whatever its
+        queue, shares one budget of ``rate`` jobs started a second, ``burst``
+        at once after a lull, across the whole fleet. A job held back waits,
+        available, and is not charged an attempt. A class nobody configured
+        limits nothing. See docs/flow-control.md."""
+        return await queues.configure_rate_class(await self._database(), name, rate, burst)
+
+    async def delete_rate_class(self, name: str) -> bool:
+        """Removes rate class ``name`` (its jobs are then not limited by it);
+        whether it existed."""
+        return await queues.delete_rate_class(await self._database(), name)
+
+    async def list_rate_classes(self) -> list[queues.RateClass]:
+        """Every configured rate class, by name."""
+        return await queues.list_rate_classes(await self._database())
+
     async def get_queue_config(self, queue: str) -> queues.QueueConfig:
         """``queue``'s fleet-wide settings (the defaults if it has none)."""
         return await queues.get_config(await self._database(), queue)

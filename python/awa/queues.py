@@ -1,5 +1,6 @@
 """Fleet-wide queue settings (``pause_queue``, ``resume_queue``,
-``configure_queue``, ``get_queue_config``) and ``drain_queue``.
+``configure_queue``, ``get_queue_config``), rate classes
+(``configure_rate_class``) and ``drain_queue``.
 
 Settings live in ``awa.queue_settings`` (one row per queue that has one),
 so every worker process and host agrees and a change applies without a
@@ -161,11 +162,71 @@ def _rate_limit(limit: Any) -> RateLimit | None:
     if not isinstance(limit, tuple | list) or len(limit) != 2:
         raise ValidationError(problem, "rate_limit")
     rate, burst = limit
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= MAX_LIMIT:
-        raise ValidationError(problem, "rate_limit")
-    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_LIMIT:
+    if not (_is_rate(rate) and _is_burst(burst)):
         raise ValidationError(problem, "rate_limit")
     return float(rate), burst
+
+
+def _is_rate(rate: Any) -> bool:
+    return not isinstance(rate, bool) and isinstance(rate, int | float) and 0 < rate <= MAX_LIMIT
+
+
+def _is_burst(burst: Any) -> bool:
+    return not isinstance(burst, bool) and isinstance(burst, int) and 1 <= burst <= MAX_LIMIT
+
+
+@dataclass(frozen=True)
+class RateClass:
+    """A token budget shared by every job that names it (``rate_class=``),
+    whatever its queue: ``rate_per_s`` tokens a second, ``burst`` at most."""
+
+    name: str
+    rate_per_s: float
+    burst: int
+    updated_at: datetime.datetime
+
+
+def check_rate_class_name(name: Any) -> str:
+    """``name`` if it can name a rate class (the queue-name grammar), else
+    :class:`ValidationError` saying why."""
+    if not isinstance(name, str):
+        raise ValidationError(
+            f"rate_class: must be a string (got {type(name).__name__})", "rate_class"
+        )
+    try:
+        check_queue_name(name)
+    except ValueError as error:
+        message = str(error).removeprefix("queue: ").replace("a queue name", "a rate class name")
+        raise ValidationError(f"rate_class: {message}", "rate_class") from None
+    return name
+
+
+async def configure_rate_class(db: Database, name: str, rate: Any, burst: Any) -> RateClass:
+    check_rate_class_name(name)
+    if not _is_rate(rate):
+        raise ValidationError(
+            f"rate: must be a positive number of jobs a second up to {MAX_LIMIT} (got {rate!r})",
+            "rate",
+        )
+    if not _is_burst(burst):
+        raise ValidationError(
+            f"burst: must be an integer from 1 to {MAX_LIMIT} (got {burst!r})", "burst"
+        )
+    await db.require_schema()
+    row = await db.fetchrow("rate_classes_configure", name, float(rate), burst)
+    assert row is not None  # an upsert returns its row
+    return RateClass(**dict(row))
+
+
+async def delete_rate_class(db: Database, name: str) -> bool:
+    check_rate_class_name(name)
+    await db.require_schema()
+    return await db.fetchrow("rate_classes_delete", name) is not None
+
+
+async def list_rate_classes(db: Database) -> list[RateClass]:
+    await db.require_schema()
+    return [RateClass(**dict(row)) for row in await db.fetch("rate_classes_list")]
 
 
 async def get_config(db: Database, queue: str) -> QueueConfig:
