@@ -140,14 +140,17 @@ def _held_back_by_limits(row: Any, because: Callable[..., Explanation]) -> Expla
             f"{ceiling}): jobs {shown} hold the slots",
             holders=holders,
         )
-    tokens = row["rate_tokens"]
-    if tokens is not None and tokens < 1:
-        wait_s = (1 - tokens) / row["rate_per_s"]
-        until = row["now"] + datetime.timedelta(seconds=wait_s)
-        return because(
-            ExplainReason.RATE_LIMITED,
-            f"queue {queue} is rate limited ({row['rate_per_s']:g}/s, burst "
-            f"{row['rate_burst']}): the next token comes in {wait_s:.3g} s",
-            until=until,
-        )
+    for tokens, rate, burst, what in (
+        (row["rate_tokens"], row["rate_per_s"], row["rate_burst"], f"queue {queue}"),
+        (row["class_tokens"], row["class_rate_per_s"], row["class_burst"],
+         f"its rate class {row['rate_class']}"),
+    ):  # fmt: skip
+        if tokens is not None and tokens < 1:
+            wait_s = (1 - tokens) / rate
+            return because(
+                ExplainReason.RATE_LIMITED,
+                f"{what} is rate limited ({rate:g}/s, burst {burst}): the next token comes in "
+                f"{wait_s:.3g} s",
+                until=row["now"] + datetime.timedelta(seconds=wait_s),
+            )
     return None

@@ -893,8 +893,9 @@ WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
 -- What decides when job $1 runs: its row's facts, whether its queue is
 -- paused, whether its fingerprint is quarantined, how many live workers
 -- (heartbeat within $2 seconds) serve its queue, its queue's ceiling and
--- the jobs holding it, its queue's rate limit and the tokens its bucket
--- holds now (as awa.claim_v1 reckons them), and how many due jobs of its
+-- the jobs holding it, its queue's rate limit and its rate class's, each
+-- with the tokens its bucket holds now (as awa.claim_v2 reckons them), and
+-- how many due jobs of its
 -- queue a claim takes first (at most 10 000 counted). No row: no job.
 SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
        j.callback_timeout_at, now() AS now,
@@ -908,6 +909,12 @@ SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
              + s.rate_per_s * greatest(0, extract(epoch FROM
                    clock_timestamp() - coalesce(s.rate_tokens_at, clock_timestamp()))))
            AS rate_tokens,
+       j.rate_class, rc.rate_per_s AS class_rate_per_s, rc.burst AS class_burst,
+       least(rc.burst::float8,
+             coalesce(rc.tokens, rc.burst::float8)
+             + rc.rate_per_s * greatest(0, extract(epoch FROM
+                   clock_timestamp() - coalesce(rc.tokens_at, clock_timestamp()))))
+           AS class_tokens,
        EXISTS (SELECT FROM awa.quarantine AS q
                WHERE q.fingerprint = awa.job_fingerprint(j.kind, j.args)
                  AND q.quarantined_at IS NOT NULL) AS quarantined,
@@ -923,6 +930,7 @@ SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
        END AS ahead
 FROM awa.jobs AS j
 LEFT JOIN awa.queue_settings AS s ON s.queue = j.queue
+LEFT JOIN awa.rate_classes AS rc ON rc.name = j.rate_class
 WHERE j.id = $1::bigint;
 
 -- name: jobs_drain_outstanding
