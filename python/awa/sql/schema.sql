@@ -17,10 +17,13 @@ CREATE TYPE awa.job_state AS ENUM (
     'waiting_external',
     'completed',
     'failed',
-    'cancelled'
+    'cancelled',
+    'undecodable'
 );
 
--- One bit per state, for `unique_states` (see jobs_unique_idx).
+-- One bit per state, for `unique_states` (see awa.take_unique_key). An
+-- undecodable job waits to be made available again, so it holds its key as
+-- an available one does (migration 0020).
 CREATE FUNCTION awa.job_state_bit(state awa.job_state) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
@@ -33,6 +36,7 @@ AS $$
         WHEN 'completed' THEN 32
         WHEN 'failed' THEN 64
         WHEN 'cancelled' THEN 128
+        WHEN 'undecodable' THEN 2
     END)::smallint
 $$;
 
@@ -77,6 +81,8 @@ CREATE TABLE awa.jobs (
     failure_reason text,
     timeout_ms   integer,
     deadline_at  timestamptz,
+    -- The version its arguments were written at (NULL: 1; migration 0020).
+    schema_version smallint,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -92,8 +98,11 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
         'max_attempts_exhausted', 'terminal_error', 'callback_timeout',
-        'deadline_exceeded', 'crash_loop')),
-    CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0)
+        'deadline_exceeded', 'crash_loop',
+        -- why an undecodable job could not be decoded (migration 0020)
+        'unknown_kind', 'unknown_schema_version', 'upcast_failed', 'args_invalid')),
+    CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0),
+    CONSTRAINT jobs_schema_version_positive CHECK (schema_version >= 1)
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
@@ -124,7 +133,8 @@ CREATE INDEX jobs_deadline_idx ON awa.jobs (deadline_at)
 
 -- The dead-letter queue: failed jobs, all of which have a failure_reason
 -- (a job redriven or moved on by hand may keep its own: queries also test
--- the state).
+-- the state). Undecodable jobs have one too, so retry_undecodable finds
+-- them here.
 CREATE INDEX jobs_dead_letter_idx ON awa.jobs (id)
     WHERE failure_reason IS NOT NULL;
 
@@ -381,6 +391,15 @@ CREATE TABLE awa.leaders (
     expires_at  timestamptz NOT NULL
 );
 
+-- The schema versions of jobs, by id, for the jobs a claim took. VOLATILE,
+-- so its query takes a snapshot of its own: a job a claim took may have
+-- been committed after the claiming statement's snapshot was taken (see
+-- awa.claim_v1), and a join in that statement would not see it.
+CREATE FUNCTION awa.job_schema_versions_v1(job_ids bigint[])
+RETURNS TABLE (id bigint, schema_version smallint)
+LANGUAGE sql VOLATILE
+AS $$ SELECT jobs.id, jobs.schema_version FROM awa.jobs WHERE jobs.id = ANY (job_ids) $$;
+
 -- The least run lease a claim may hand out now (the server's start time in
 -- microseconds): leases never repeat after a restart.
 CREATE FUNCTION awa.run_lease_floor() RETURNS bigint
@@ -402,7 +421,8 @@ CREATE TYPE awa.job_input AS (
     unique_key    bytea,
     unique_states smallint,
     timeout_ms    integer,
-    deadline_at   timestamptz
+    deadline_at   timestamptz,
+    schema_version smallint
 );
 
 -- Each queue at each priority: a lane. Rows are never updated.
