@@ -37,10 +37,17 @@ class JobState(StrEnum):
     Completed = "completed"
     Failed = "failed"
     Cancelled = "cancelled"
+    #: No worker could decode its arguments (no task for its kind, a schema
+    #: version newer than the task's, an upcaster that raised, arguments
+    #: that do not validate): parked, its attempt given back, until
+    #: ``retry_undecodable`` makes it available again.
+    Undecodable = "undecodable"
 
     @property
     def is_terminal(self) -> bool:
-        """Completed, failed and cancelled jobs never run again on their own."""
+        """Completed, failed and cancelled jobs never run again on their own.
+        (An undecodable job does not either, but it is not finished: it keeps
+        its unique key and goes back to work with ``retry_undecodable``.)"""
         return self in _TERMINAL
 
 
@@ -168,13 +175,20 @@ class Job(Generic[T_co]):
 
     @classmethod
     def from_record(
-        cls, row: Any, decode_args: ArgsDecoder | None = None, *, with_payload: bool = True
+        cls,
+        row: Any,
+        decode_args: ArgsDecoder | None = None,
+        *,
+        with_payload: bool = True,
+        args_json: str | None = None,
     ) -> Job[Any]:
         """Builds a job from a row of any job query, reading its columns by
         name (:data:`JOB_COLUMNS`). ``with_payload=False`` marks a row read
-        for inspection without its args and metadata."""
+        for inspection without its args and metadata; ``args_json`` stands
+        for the row's arguments (a worker's, upcast to its task's schema
+        version)."""
         job = writable(cls)
-        fill(job, row, decode_args, with_payload)
+        fill(job, row, decode_args, with_payload, args_json)
         return sealed(job, cls)
 
     def finished(self, row: Any) -> Job[T_co]:
@@ -235,7 +249,8 @@ class Job(Generic[T_co]):
 
     @property
     def args_json(self) -> str:
-        """The arguments exactly as stored (compact JSON text)."""
+        """The arguments exactly as stored (compact JSON text); in a
+        running job of an older schema version, as upcast to its task's."""
         self._require_payload()
         return self._args_json
 
@@ -260,8 +275,9 @@ class Job(Generic[T_co]):
     @property
     def attempts(self) -> list[AttemptRecord]:
         """Every run of this job, oldest first: outcome (``succeeded``,
-        ``failed``, ``timed_out``, ``abandoned``, ``cancelled``, ``running``,
-        ``waiting``), start, end, worker and error (see :mod:`awa.attempts`)."""
+        ``failed``, ``timed_out``, ``abandoned``, ``cancelled``,
+        ``undecodable``, ``running``, ``waiting``), start, end, worker and
+        error (see :mod:`awa.attempts`)."""
         from awa.attempts import attempt_records  # attempts imports this module
 
         return attempt_records(self)
@@ -273,8 +289,15 @@ class Job(Generic[T_co]):
         )
 
 
-def fill(job: Job[Any], row: Any, decode_args: ArgsDecoder | None, with_payload: bool) -> None:
-    """Sets a :func:`writable` job's fields from a row, by column name."""
+def fill(
+    job: Job[Any],
+    row: Any,
+    decode_args: ArgsDecoder | None,
+    with_payload: bool,
+    args_json: str | None = None,
+) -> None:
+    """Sets a :func:`writable` job's fields from a row, by column name;
+    ``args_json``, when given, in place of the row's arguments."""
     job.id = row["id"]
     job.run_lease = row["run_lease"]
     job.kind = row["kind"]
@@ -290,7 +313,7 @@ def fill(job: Job[Any], row: Any, decode_args: ArgsDecoder | None, with_payload:
     job.attempted_at = row["attempted_at"]
     job.finalized_at = row["finalized_at"]
     job.tags = row["tags"] or []
-    job._args_json = row["args"]
+    job._args_json = row["args"] if args_json is None else args_json
     job._metadata_json = row["metadata"]
     job._errors_json = row["errors"]
     job.callback_id = row["callback_id"]

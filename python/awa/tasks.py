@@ -6,20 +6,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, get_origin
+from typing import Any, Final, get_origin
 
 import pydantic
 
 from awa import _core
 from awa.config import DEFAULT_MAX_CRASHES
+from awa.envelope import FIRST_VERSION, Upcaster, check_versions
 from awa.errors import ConfigurationError, ValidationError
 from awa.job import ArgsDecoder
 
 DEFAULT_QUEUE = "default"
 
 Handler = Callable[..., Any]
+
+_NO_UPCASTERS: Final[Mapping[int, Upcaster]] = types.MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,10 @@ class Task:
     #: Checks arguments given as plain Python values (a dict for a model)
     #: at insert, as the handler will decode them; None for dict tasks.
     check_args: Callable[[Any], Any] | None = None
+    #: The version its arguments are written at (see :mod:`awa.envelope`).
+    schema_version: int = FIRST_VERSION
+    #: Version → the function upcasting arguments of that version to the next.
+    upcasters: Mapping[int, Upcaster] = _NO_UPCASTERS
 
 
 def derive_kind(name: str) -> str:
@@ -104,6 +112,8 @@ class Registry:
         queue: str,
         interrupt_on_cancel: bool = False,
         timeout_s: float | None = None,
+        schema_version: Any = FIRST_VERSION,
+        upcasters: Any = None,
     ) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
@@ -121,6 +131,7 @@ class Registry:
             )
         if not callable(handler):
             raise ConfigurationError(f"the handler for {kind!r} is not callable")
+        schema_version, upcasters = check_versions(kind, schema_version, upcasters)
         task = Task(
             kind=kind,
             queue=queue,
@@ -131,6 +142,8 @@ class Registry:
             interrupt_on_cancel=interrupt_on_cancel,
             timeout_s=timeout_s,
             check_args=_python_validator_for(args_type),
+            schema_version=schema_version,
+            upcasters=types.MappingProxyType(dict(upcasters)),
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):
@@ -187,12 +200,13 @@ class Registry:
 
     def resolution(
         self, args: Any, kind: Any, queue: Any, require_task: bool = False
-    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None]:
+    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None, int | None]:
         """The kind and queue an insert of arguments of this type uses:
         explicit values first, then the task registered for the argument
-        type, then the class name; with the queue's default ``max_crashes``
-        and the check each job's arguments must pass (``None``: they are the
-        kind's own type), so that what no worker could run is refused before
+        type, then the class name; with the queue's default ``max_crashes``,
+        the check each job's arguments must pass (``None``: they are the
+        kind's own type) and the kind's task's schema version (``None``
+        without a task: version 1), so that what no worker could run is refused before
         any SQL: arguments that do not validate as the kind's registered
         type, and, with ``require_task`` (the client's own inserts), a
         derived kind no task handles unless this client registers no tasks
@@ -213,7 +227,8 @@ class Registry:
             if isinstance(queue, str)
             else DEFAULT_MAX_CRASHES
         )
-        return kind, queue, max_crashes, check
+        schema_version = task.schema_version if task is not None else None
+        return kind, queue, max_crashes, check, schema_version
 
     def _derived_kind(self, args: Any, require_task: bool) -> str:
         task = self.for_args(args)
@@ -238,7 +253,10 @@ class Registry:
 
 
 #: How the Rust core asks the registry for a batch's kinds and queues.
-Resolver = Callable[[Any, Any, Any], tuple[Any, Any, "int | None", "Callable[[Any], None] | None"]]
+Resolver = Callable[
+    [Any, Any, Any],
+    tuple[Any, Any, "int | None", "Callable[[Any], None] | None", "int | None"],
+]
 
 
 def _check_args(task: Task, args: Any) -> None:

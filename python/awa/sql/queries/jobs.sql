@@ -23,7 +23,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     -- In key order, so two inserts never wait on each other crosswise.
@@ -35,12 +35,12 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at)
+                          timeout_ms, deadline_at, schema_version)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
@@ -73,7 +73,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -84,12 +84,12 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at)
+                          timeout_ms, deadline_at, schema_version)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
@@ -213,8 +213,9 @@ SELECT set_config('enable_seqscan', 'off', false);
 -- urgent first, each lane from its hint, and starts their attempts
 -- (awa.claim_v1: $1 queues, $2 counts, $3 the worker, $4/$5 attempt
 -- timeouts by kind, $6 by queue, aligned with $1; NULL: none). Records the
--- jobs taken in awa.claims. Returns the job's columns and then
--- attempt_deadline_at.
+-- jobs taken in awa.claims. Returns the job's columns, then
+-- attempt_deadline_at and schema_version (read by awa.job_schema_versions_v1
+-- in a snapshot taken after the claim).
 WITH claimed AS MATERIALIZED (
     SELECT * FROM awa.claim_v1($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[])
@@ -222,8 +223,11 @@ WITH claimed AS MATERIALIZED (
     INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
     SELECT $3::bigint, array_agg(claimed.id), min(claimed.attempt_deadline_at) FROM claimed
     HAVING count(*) > 0
+), versions AS MATERIALIZED (
+    SELECT * FROM awa.job_schema_versions_v1(ARRAY(SELECT claimed.id FROM claimed))
 )
-SELECT * FROM claimed;
+SELECT claimed.*, versions.schema_version
+FROM claimed LEFT JOIN versions ON versions.id = claimed.id;
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
@@ -253,7 +257,7 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
           jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version;
 
 -- name: jobs_finish_batch
 -- Applies a batch of attempt outcomes, one array per column. Each row is
@@ -493,14 +497,15 @@ LIMIT $1;
 
 -- name: jobs_deadlines_passed
 -- Unfinished jobs not running whose overall deadline has passed: they
--- fail with deadline_exceeded (no retry: the deadline is the job's). Only
+-- fail with deadline_exceeded (no retry: the deadline is the job's; an
+-- undecodable one could not be claimed once made available again). Only
 -- deadlines from $2 on (the pass's floor, see jobs_deadline_floor): the
 -- index also holds finished jobs, which keep their deadline.
 WITH expired AS (
     SELECT id, attempt FROM awa.jobs
     WHERE deadline_at <= now()
       AND deadline_at >= $2::timestamptz
-      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
+      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external', 'undecodable')
     ORDER BY deadline_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -609,6 +614,7 @@ WITH target AS (
     SET state = 'cancelled',
         finalized_at = now(),
         worker_id = NULL,
+        failure_reason = NULL,  -- an undecodable job's reason
         callback_id = NULL,
         callback_timeout_at = NULL,
         callback_config = NULL,
@@ -800,6 +806,48 @@ SET state = 'scheduled', run_at = 'infinity', attempt = attempt - 1, worker_id =
     attempt_deadline_at = NULL
 WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
 RETURNING id;
+
+-- name: jobs_park_undecodable
+-- A worker claimed a job whose arguments it cannot decode ($3, why: an
+-- undecodable reason; $4, the error entry, a JSON object): it goes back
+-- unrun, parked as undecodable with its attempt given back, until
+-- retry_undecodable makes it available again. Guarded like every attempt
+-- write.
+UPDATE awa.jobs AS jobs
+SET state = 'undecodable', attempt = jobs.attempt - 1, worker_id = NULL,
+    attempt_deadline_at = NULL, failure_reason = $3::text,
+    errors = coalesce(jobs.errors, '[]'::jsonb)
+             || jsonb_build_array($4::jsonb || jsonb_build_object(
+                    'at', now(), 'started_at', jobs.attempted_at,
+                    'worker_id', jobs.worker_id))
+WHERE jobs.id = $1 AND jobs.run_lease = $2 AND jobs.state::text = 'running'
+RETURNING jobs.id;
+
+-- name: jobs_retry_undecodable
+-- Sends up to $4 undecodable jobs matching ids ($1), queue ($2) and kind
+-- ($3) where given back to work: available now, their reason forgotten
+-- (their error entries stay). Their attempts were given back when they were
+-- parked, and they kept their unique keys. Returns how many, and wakes
+-- their queues.
+WITH target AS (
+    SELECT id FROM awa.jobs
+    WHERE failure_reason IS NOT NULL AND state = 'undecodable'  -- jobs_dead_letter_idx
+      AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+      AND ($2::text IS NULL OR queue = $2)
+      AND ($3::text IS NULL OR kind = $3)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'available', run_at = now(), failure_reason = NULL, worker_id = NULL
+    FROM target
+    WHERE jobs.id = target.id
+    RETURNING jobs.queue
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT (SELECT count(*) FROM retried) AS retried, (SELECT count(*) FROM notified) AS notified;
 
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
