@@ -9,7 +9,7 @@ import inspect
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, get_origin
+from typing import Any, get_origin
 
 import pydantic
 
@@ -22,8 +22,6 @@ from awa.job import ArgsDecoder
 DEFAULT_QUEUE = "default"
 
 Handler = Callable[..., Any]
-
-_NO_UPCASTERS: Final[Mapping[int, Upcaster]] = types.MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +44,7 @@ class Task:
     #: The version its arguments are written at (see :mod:`awa.envelope`).
     schema_version: int = FIRST_VERSION
     #: Version → the function upcasting arguments of that version to the next.
-    upcasters: Mapping[int, Upcaster] = _NO_UPCASTERS
+    upcasters: Mapping[int, Upcaster] = dataclasses.field(default_factory=dict)
 
 
 def derive_kind(name: str) -> str:
