@@ -42,6 +42,7 @@ from awa.errors import (
     UnknownJobKind,
     ValidationError,
 )
+from awa.envelope import UndecodableReason
 from awa.events import JobEvent, RescueReason
 from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
@@ -99,6 +100,7 @@ __all__ = [
     "StagingError",
     "TerminalError",
     "Transaction",
+    "UndecodableReason",
     "UniqueConflict",
     "UniqueOpts",
     "UnknownJobKind",

@@ -204,6 +204,9 @@ async def test_undecodable_jobs_are_listed_and_shown(client, conn, database_url)
     assert shown.state is awa.JobState.Undecodable and not shown.state.is_terminal
     assert shown.errors[-1]["reason"] == "unknown_schema_version"
     assert (await client.count_by_state())[awa.JobState.Undecodable] == 1
+    explained = await client.explain(job_id)
+    assert explained.reason is awa.ExplainReason.UNDECODABLE
+    assert "unknown_schema_version" in explained.message
     assert (await client.get_job(kept.id)).state is awa.JobState.Scheduled
 
 

@@ -941,7 +941,7 @@ WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
 -- (heartbeat within $2 seconds) serve its queue, and how many due jobs of
 -- its queue a claim takes first (at most 10 000 counted). No row: no job.
 SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
-       j.callback_timeout_at, now() AS now,
+       j.callback_timeout_at, j.failure_reason, now() AS now,
        coalesce(s.paused, false) AS paused, s.paused_by,
        EXISTS (SELECT FROM awa.quarantine AS q
                WHERE q.fingerprint = awa.job_fingerprint(j.kind, j.args)
