@@ -23,6 +23,7 @@ from awa.client import (
 )
 from awa.config import WorkerConfig
 from awa.dead_letters import DeadLetter, DeadLetterReason
+from awa.envelope import UndecodableReason
 from awa.errors import (
     ArgsNotDecodable,
     AttemptLost,
@@ -42,7 +43,6 @@ from awa.errors import (
     UnknownJobKind,
     ValidationError,
 )
-from awa.envelope import UndecodableReason
 from awa.events import JobEvent, RescueReason
 from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
