@@ -878,10 +878,9 @@ class AsyncClient:
         self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
     ) -> Job[Any]:
         """A job from a row; its args decode with ``decode``, else as the
-        kind's task says (a dict for a kind without one)."""
-        if decode is None:
-            decode = self._decoder(row["kind"])
-        return Job.from_record(row, decode, with_payload=include_payload)
+        kind's task says (a dict for a kind without one), upcast first when
+        written at an older version of that task."""
+        return self._registry.committed_job(row, with_payload=include_payload, decode=decode)
 
     # ── the dead-letter queue ───────────────────────────────────────────
 
@@ -903,7 +902,7 @@ class AsyncClient:
         _check_limit(limit)
         selected = dead_letters.filters(None, queue, kind, reason)
         return await dead_letters.list_dead_letters(
-            await self._database(), self._decoder, selected, limit, include_payload
+            await self._database(), self._registry.committed_job, selected, limit, include_payload
         )
 
     async def retry_from_dlq(
@@ -949,10 +948,6 @@ class AsyncClient:
         dead_letters.require_selection(selected, everything or older_than is not None, "purge_dlq")
         before = None if older_than is None else datetime.datetime.now(datetime.UTC) - older_than
         return await dead_letters.purge(await self._database(), selected, before)
-
-    def _decoder(self, kind: str) -> Any:
-        task = self._registry.by_kind.get(kind)
-        return task.decode_args if task is not None else None
 
     # ── undecodable jobs ────────────────────────────────────────────────
 

@@ -31,13 +31,11 @@ import pydantic
 
 from awa import _core
 from awa.errors import ConfigurationError
+from awa.job import FIRST_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from awa.tasks import Task
 
-#: The version of arguments a task declares none for, and of a job whose
-#: ``schema_version`` column is NULL.
-FIRST_VERSION: Final = 1
 #: The column is a smallint.
 MAX_VERSION: Final = 32_767
 
@@ -94,6 +92,13 @@ class Decoded:
 
     value: Any
     args_json: str
+    schema_version: int
+
+    @property
+    def upcast(self) -> tuple[str, int]:
+        """What a job built from the claimed row carries in place of its
+        stored arguments (``Job.from_record(..., upcast=...)``)."""
+        return self.args_json, self.schema_version
 
 
 def check_versions(
@@ -105,10 +110,10 @@ def check_versions(
     if (
         isinstance(schema_version, bool)
         or not isinstance(schema_version, int)
-        or not FIRST_VERSION <= schema_version <= MAX_VERSION
+        or not FIRST_SCHEMA_VERSION <= schema_version <= MAX_VERSION
     ):
         raise ConfigurationError(
-            f"schema_version of {kind!r} must be an integer from {FIRST_VERSION} to "
+            f"schema_version of {kind!r} must be an integer from {FIRST_SCHEMA_VERSION} to "
             f"{MAX_VERSION} (got {schema_version!r})"
         )
     if upcasters is None:
@@ -118,7 +123,7 @@ def check_versions(
             f"upcasters of {kind!r} must be a dict from version to function "
             f"(got {type(upcasters).__name__})"
         )
-    expected = set(range(FIRST_VERSION, schema_version))
+    expected = set(range(FIRST_SCHEMA_VERSION, schema_version))
     given = set(upcasters)
     if given != expected:
         missing = sorted(expected - given)
@@ -189,16 +194,16 @@ def decode_claimed(
             UNKNOWN_KIND_TYPE,
             f"no task handles kind {kind!r} in this worker (known: {sorted(known)})",
         )
-    version = FIRST_VERSION if stored_version is None else stored_version
+    version = FIRST_SCHEMA_VERSION if stored_version is None else stored_version
     if version == task.schema_version:
         # The common case: the stored text is already the task's.
-        return Decoded(_validated(task, task.decode_args, args_json), args_json)
-    if version > task.schema_version or version < FIRST_VERSION:
+        return Decoded(_validated(task, task.decode_args, args_json), args_json, version)
+    if version > task.schema_version or version < FIRST_SCHEMA_VERSION:
         raise Undecodable(
             UndecodableReason.UnknownSchemaVersion,
             NOT_DECODABLE_TYPE,
             f"the arguments are at schema version {version}; this worker's task for "
-            f"{kind!r} knows versions {FIRST_VERSION} to {task.schema_version}",
+            f"{kind!r} knows versions {FIRST_SCHEMA_VERSION} to {task.schema_version}",
         )
     upcast_args = upcast(_core.decode_json(args_json), version, task.schema_version, task.upcasters)
     try:
@@ -210,7 +215,24 @@ def decode_claimed(
             f"the arguments upcast from schema version {version} do not encode as JSON: {error}",
         ) from None
     validate = task.check_args if task.check_args is not None else _as_is
-    return Decoded(_validated(task, validate, upcast_args), upcast_json)
+    return Decoded(_validated(task, validate, upcast_args), upcast_json, task.schema_version)
+
+
+def upcast_stored(task: Task, args_json: str, stored_version: int | None) -> tuple[str, int] | None:
+    """A committed job's stored arguments (``args_json`` at
+    ``stored_version``) as JSON at ``task``'s version, with that version;
+    ``None`` when they are at it already, or newer, or cannot be upcast (the
+    job then carries them as stored, and decoding them fails where they are
+    used, as it would have)."""
+    version = FIRST_SCHEMA_VERSION if stored_version is None else stored_version
+    if version >= task.schema_version:
+        return None
+    try:
+        upcast_args = upcast(_core.decode_json(args_json), version, task.schema_version,
+                             task.upcasters)  # fmt: skip
+        return _core.encode_json(upcast_args), task.schema_version
+    except (Undecodable, ValueError, TypeError):
+        return None
 
 
 def _as_is(args: Any) -> Any:

@@ -76,9 +76,13 @@ JOB_COLUMNS: Final = (
     "errors",
     "callback_id",
     "callback_timeout_at",
+    "schema_version",
 )
 
 ArgsDecoder = Callable[[str], Any]
+
+#: The version of arguments whose ``schema_version`` column is NULL.
+FIRST_SCHEMA_VERSION: Final = 1
 
 _set = object.__setattr__
 JobT = TypeVar("JobT", bound="Job[Any]")
@@ -143,6 +147,7 @@ class Job(Generic[T_co]):
         "queue",
         "run_at",
         "run_lease",
+        "schema_version",
         "state",
         "tags",
     )
@@ -164,6 +169,10 @@ class Job(Generic[T_co]):
     tags: list[str]
     callback_id: uuid.UUID | None
     callback_timeout_at: datetime.datetime | None
+    #: The schema version its arguments are at (1 for a task that declares
+    #: none): as stored, or the version of this process's task for the kind
+    #: when the arguments were upcast to it (see ``@client.task``).
+    schema_version: int
     _args_json: str
     _metadata_json: str | None
     _errors_json: str | None
@@ -180,15 +189,15 @@ class Job(Generic[T_co]):
         decode_args: ArgsDecoder | None = None,
         *,
         with_payload: bool = True,
-        args_json: str | None = None,
+        upcast: tuple[str, int] | None = None,
     ) -> Job[Any]:
         """Builds a job from a row of any job query, reading its columns by
         name (:data:`JOB_COLUMNS`). ``with_payload=False`` marks a row read
-        for inspection without its args and metadata; ``args_json`` stands
-        for the row's arguments (a worker's, upcast to its task's schema
-        version)."""
+        for inspection without its args and metadata; ``upcast``, the
+        arguments' JSON and version, stands for the row's arguments when
+        they were upcast to the task's schema version."""
         job = writable(cls)
-        fill(job, row, decode_args, with_payload, args_json)
+        fill(job, row, decode_args, with_payload, upcast)
         return sealed(job, cls)
 
     def finished(self, row: Any) -> Job[T_co]:
@@ -219,6 +228,7 @@ class Job(Generic[T_co]):
         job._errors_json = self._errors_json if row["errors"] is None else row["errors"]
         job.callback_id = row["callback_id"]
         job.callback_timeout_at = row["callback_timeout_at"]
+        job.schema_version = self.schema_version
         job._decode_args = self._decode_args
         job._args = _UNSET
         job._metadata = _UNSET
@@ -294,10 +304,11 @@ def fill(
     row: Any,
     decode_args: ArgsDecoder | None,
     with_payload: bool,
-    args_json: str | None = None,
+    upcast: tuple[str, int] | None = None,
 ) -> None:
     """Sets a :func:`writable` job's fields from a row, by column name;
-    ``args_json``, when given, in place of the row's arguments."""
+    ``upcast`` (JSON, version), when given, in place of the row's arguments
+    and their version."""
     job.id = row["id"]
     job.run_lease = row["run_lease"]
     job.kind = row["kind"]
@@ -313,7 +324,11 @@ def fill(
     job.attempted_at = row["attempted_at"]
     job.finalized_at = row["finalized_at"]
     job.tags = row["tags"] or []
-    job._args_json = row["args"] if args_json is None else args_json
+    if upcast is None:
+        job._args_json = row["args"]
+        job.schema_version = row["schema_version"] or FIRST_SCHEMA_VERSION
+    else:
+        job._args_json, job.schema_version = upcast
     job._metadata_json = row["metadata"]
     job._errors_json = row["errors"]
     job.callback_id = row["callback_id"]

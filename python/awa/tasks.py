@@ -15,9 +15,9 @@ import pydantic
 
 from awa import _core
 from awa.config import DEFAULT_MAX_CRASHES
-from awa.envelope import FIRST_VERSION, Upcaster, check_versions
+from awa.envelope import Upcaster, check_versions, upcast_stored
 from awa.errors import ConfigurationError, ValidationError
-from awa.job import ArgsDecoder
+from awa.job import FIRST_SCHEMA_VERSION, ArgsDecoder, Job
 
 DEFAULT_QUEUE = "default"
 
@@ -42,7 +42,7 @@ class Task:
     #: at insert, as the handler will decode them; None for dict tasks.
     check_args: Callable[[Any], Any] | None = None
     #: The version its arguments are written at (see :mod:`awa.envelope`).
-    schema_version: int = FIRST_VERSION
+    schema_version: int = FIRST_SCHEMA_VERSION
     #: Version → the function upcasting arguments of that version to the next.
     upcasters: Mapping[int, Upcaster] = dataclasses.field(default_factory=dict)
 
@@ -110,7 +110,7 @@ class Registry:
         queue: str,
         interrupt_on_cancel: bool = False,
         timeout_s: float | None = None,
-        schema_version: Any = FIRST_VERSION,
+        schema_version: Any = FIRST_SCHEMA_VERSION,
         upcasters: Any = None,
     ) -> Task:
         if kind is None:
@@ -176,6 +176,23 @@ class Registry:
             return _cached_decoder(args_type)
         except TypeError:  # an unhashable type expression
             return decoder_for(args_type)
+
+    def committed_job(
+        self, row: Any, *, with_payload: bool = True, decode: ArgsDecoder | None = None
+    ) -> Job[Any]:
+        """The job of a row of any job query, its args decoded with
+        ``decode``, else as the kind's task says (a dict for a kind without
+        one). Args written at an older schema version of that task are
+        upcast to it first (as a worker would before running it), so hooks,
+        follow-up specs and inspection see the task's version; args that
+        cannot be upcast stay as stored."""
+        task = self.by_kind.get(row["kind"])
+        if task is None:
+            return Job.from_record(row, decode, with_payload=with_payload)
+        upcast = upcast_stored(task, row["args"], row["schema_version"]) if with_payload else None
+        return Job.from_record(
+            row, decode or task.decode_args, with_payload=with_payload, upcast=upcast
+        )
 
     def for_args(self, args: Any) -> Task | None:
         """The task whose argument type ``args`` is an instance of, if exactly one."""

@@ -329,6 +329,7 @@ class HandlerJob(RunningJob[T]):
             "attempted_at": now, "finalized_at": None, "args": encoded["args"],
             "tags": encoded["tags"], "metadata": encoded["metadata"], "errors": None,
             "callback_id": None, "callback_timeout_at": None,
+            "schema_version": encoded["schema_version"],
         }  # fmt: skip
         return cls.claimed(row, decode, FollowUpStage(registry), None, None)  # type: ignore[return-value]
 

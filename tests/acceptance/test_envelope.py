@@ -58,6 +58,7 @@ def greet_v3(client: awa.AsyncClient, seen: list[Any]) -> None:
 
     @client.task(GreetV3, kind=KIND, schema_version=3, upcasters=V3_UPCASTERS)
     async def greet(job: awa.Job[GreetV3]) -> None:
+        assert job.schema_version == 3
         seen.append(job.args)
 
 
@@ -103,6 +104,27 @@ async def test_a_version_1_payload_is_upcast_to_version_3_before_the_handler_see
     assert json.loads((await job_row(conn, old_id))["args"]) == {"name": "Ada Lovelace"}
 
 
+async def test_an_older_job_reads_back_upcast_and_its_hooks_and_follow_ups_see_it_so(
+    client, conn, database_url
+):
+    """Outside a worker's attempt too (inspection, a cancellation's event
+    and follow-up), a job of an older version is read at the task's."""
+    greet_v3(client, [])
+    seen: list[Any] = []
+    client.on_event(GreetV3, lambda event: seen.append((event.args, event.job.schema_version)))
+    client.task(dict, kind="thanked")(lambda job: None)
+    client.on_cancelled_enqueue(GreetV3, lambda args, job, reason: thank(args, job))
+    job_id = await insert_raw(database_url, {"name": "Ada Lovelace"}, 1)
+    stored = await client.get_job(job_id, include_payload=True)
+    upcast = GreetV3(first="Ada", last="Lovelace", polite=True)
+    assert (stored.args, stored.schema_version) == (upcast, 3)
+    assert json.loads(stored.args_json) == upcast.model_dump()
+    await client.cancel(job_id)
+    await eventually(lambda: _recorded(seen, (upcast, 3)))
+    assert await conn.fetchval("SELECT args ->> 'to' FROM awa.jobs WHERE kind = 'thanked'") == "Ada"
+    assert json.loads((await job_row(conn, job_id))["args"]) == {"name": "Ada Lovelace"}
+
+
 async def test_a_newer_payload_is_parked_undecodable_without_an_attempt_hook_or_follow_up(
     client, conn, database_url
 ):
@@ -140,7 +162,7 @@ async def test_a_newer_payload_is_parked_undecodable_without_an_attempt_hook_or_
     assert len(seen) == 1
 
 
-async def _recorded(events: list[tuple[str, int]], event: tuple[str, int]) -> bool:
+async def _recorded(events: list[Any], event: Any) -> bool:
     return event in events
 
 

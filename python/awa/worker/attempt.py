@@ -56,7 +56,7 @@ class RunningJob(Job[T_co]):
         if decoded is None:
             fill(job, row, decode_args, True)
         else:
-            fill(job, row, decode_args, True, decoded.args_json)
+            fill(job, row, decode_args, True, decoded.upcast)
             job._args = decoded.value
         job._stage = stage
         job._db = db

@@ -140,7 +140,7 @@ class Executor:
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
-            started = Job.from_record(row, decode, args_json=decoded.args_json)
+            started = Job.from_record(row, decode, upcast=decoded.upcast)
             hooks.emit(Transition(STARTED, started))
 
     def describe(self, job_id: int) -> str | None:

@@ -1,8 +1,9 @@
 -- Every query that returns jobs returns the same columns, in this order:
 -- id, run_lease, kind, queue, state, priority, attempt, max_attempts,
 -- crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
--- args, tags, metadata, errors, callback_id, callback_timeout_at (see
--- awa/job.py). Times are stored as
+-- args, tags, metadata, errors, callback_id, callback_timeout_at,
+-- schema_version (see awa/job.py; jobs_claim reads the last through
+-- awa.job_schema_versions_v1). Times are stored as
 -- timestamptz and `now()` is always the database's clock.
 
 -- name: jobs_insert
@@ -46,7 +47,7 @@ WITH enqueued AS MATERIALIZED (
     ORDER BY ord
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors, callback_id, callback_timeout_at
+              args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 ), lowered AS (
     SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
     FROM inserted JOIN input USING (id)
@@ -137,7 +138,7 @@ SELECT count(pg_notify('awa_available', queue)) AS notified FROM unnest($1::text
 -- Jobs by id, in id order.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id = ANY($1::bigint[])
 ORDER BY id;
@@ -150,7 +151,7 @@ ORDER BY id;
 -- caller keeps its own.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id BETWEEN $1 AND $2
 ORDER BY id;
@@ -162,7 +163,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at
+       errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id = $1;
 
@@ -173,7 +174,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at
+       errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -390,7 +391,8 @@ WITH parked AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, parked.attempt AS parked_attempt
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+              parked.attempt AS parked_attempt
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM resolved WHERE state = 'available'
 ), told AS (
@@ -434,7 +436,7 @@ RETURNING id;
 -- and the callback's result if one was stored.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at,
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
        metadata -> 'callback_result' AS callback_result
 FROM awa.jobs
 WHERE id = $1;
@@ -470,7 +472,7 @@ WITH target AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version
 ), told AS (
     SELECT pg_notify('awa_control', 'resume:' || id) FROM resumed
 )
@@ -485,7 +487,7 @@ SET callback_timeout_at = now() + $2::float8 * interval '1 second'
 WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
 RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
           crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-          args, tags, metadata, errors, callback_id, callback_timeout_at;
+          args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version;
 
 -- name: jobs_callbacks_expired
 -- Parked jobs whose callback deadline has passed, oldest deadline first.
@@ -634,7 +636,8 @@ WITH target AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, target.previous_state
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+              target.previous_state
 ), told AS (
     SELECT pg_notify('awa_control', 'cancel:' || id)
     FROM cancelled
@@ -656,7 +659,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $6::boolean THEN args END AS args, tags,
        CASE WHEN $6::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, failure_reason
+       errors, callback_id, callback_timeout_at, schema_version, failure_reason
 FROM awa.jobs
 WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
   AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
