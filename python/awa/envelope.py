@@ -252,3 +252,12 @@ def _validated(task: Task, validate: Callable[[Any], Any], args: Any) -> Any:
             f"the stored arguments do not validate as {args_type_name(task.args_type)}: "
             f"{error.error_count()} error(s): {where}: {message}",
         ) from None
+    except Exception as error:  # noqa: BLE001 - a validator of the user's that raised
+        # Anything else a model raises while building from the arguments is
+        # the same verdict: left to propagate, it would reach the claim loop.
+        raise Undecodable(
+            UndecodableReason.ArgsInvalid,
+            NOT_DECODABLE_TYPE,
+            f"building {args_type_name(task.args_type)} from the stored arguments raised "
+            f"{type(error).__name__}: {error}",
+        ) from None

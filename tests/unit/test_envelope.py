@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 import awa
 from awa.envelope import Undecodable, UndecodableReason, check_versions, decode_claimed, upcast
@@ -82,6 +82,21 @@ def test_what_cannot_become_the_tasks_type_is_undecodable(args_json, stored, rea
     with pytest.raises(Undecodable) as raised:
         decode_claimed(task, "point", args_json, stored, {})
     assert raised.value.reason is reason
+
+
+class Picky(BaseModel):
+    x: int
+
+    @model_validator(mode="after")
+    def refuse(self) -> Picky:
+        raise TypeError("not today")
+
+
+def test_a_model_that_raises_anything_while_building_is_undecodable():
+    task = Registry().register(Picky, lambda job: None, kind="picky", queue="default")
+    with pytest.raises(Undecodable, match="raised TypeError: not today") as raised:
+        decode_claimed(task, "picky", '{"x":1}', None, {})
+    assert raised.value.reason is UndecodableReason.ArgsInvalid
 
 
 def test_a_kind_without_a_task_is_undecodable_and_names_the_known_kinds():

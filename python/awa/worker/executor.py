@@ -116,7 +116,7 @@ class Executor:
             return
         try:
             decoded = decode_claimed(
-                task_def, row["kind"], row["args"], row.get("schema_version"),
+                task_def, row["kind"], row["args"], row["schema_version"],
                 self._registry.by_kind,
             )  # fmt: skip
         except Undecodable as undecodable:

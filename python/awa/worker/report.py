@@ -109,7 +109,6 @@ class Reporter:
         """A claimed job was parked undecodable (a failure line: it counts
         against its kind's window, so a release mismatch over many jobs
         cannot flood the log)."""
-        self._tally.failed += 1
         note = self._window_note(job.kind)
         if note is None:
             return
