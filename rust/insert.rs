@@ -552,7 +552,10 @@ mod tests {
             ("run_at", Box::new(|job| job.run_at_us = Some(i64::MAX))),
             ("timeout", Box::new(|job| job.timeout_ms = Some(0))),
             ("deadline", Box::new(|job| job.deadline_us = Some(i64::MIN))),
-            ("schema_version", Box::new(|job| job.schema_version = Some(0))),
+            (
+                "schema_version",
+                Box::new(|job| job.schema_version = Some(0)),
+            ),
             (
                 "schema_version",
                 Box::new(|job| job.schema_version = Some(40_000)),

@@ -454,6 +454,16 @@ fn read_options(options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<Option
     })
 }
 
+/// The registry's answer, as `_core.pyi`'s `_Resolver` returns it: kind,
+/// queue, the queue's `max_crashes`, the check and the task's schema version.
+type Answer<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Option<i64>,
+    Option<Py<PyAny>>,
+    Option<i64>,
+);
+
 /// What the registry said, by (argument type, kind option, queue option)
 /// identity, in the order first met.
 #[derive(Default)]
@@ -484,13 +494,8 @@ impl Resolutions {
         let kind_option = set.kind.as_ref().map(|kind| kind.bind(py).clone());
         let queue_option = set.queue.as_ref().map(|queue| queue.bind(py).clone());
         let answer = resolve.call1((args, kind_option, queue_option))?;
-        let (kind, queue, queue_max_crashes, check, schema_version): (
-            Bound<'_, PyAny>,
-            Bound<'_, PyAny>,
-            Option<i64>,
-            Option<Py<PyAny>>,
-            Option<i64>,
-        ) = answer.extract()?;
+        let (kind, queue, queue_max_crashes, check, schema_version): Answer<'_> =
+            answer.extract()?;
         let refusal = Refusal::Validation { position: None };
         let kind = text_field("kind", &kind).map_err(|invalid| refusal.err(&invalid))?;
         let queue = text_field("queue", &queue).map_err(|invalid| refusal.err(&invalid))?;
