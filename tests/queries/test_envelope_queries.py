@@ -5,6 +5,7 @@ undecodable jobs matching their filters, keys stay held throughout."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 
@@ -12,6 +13,7 @@ import asyncpg
 
 from awa import sql
 from tests.queries.test_jobs_queries import claim, register_worker
+from tests.support import eventually
 
 Q = sql.query
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -66,6 +68,53 @@ async def test_a_claim_returns_each_jobs_schema_version(conn):
     one = await insert_job(conn, schema_version=2)
     row = await conn.fetchrow(Q("jobs_claim_one"), None, None, worker)
     assert (row["id"], row["schema_version"]) == (one, 2)
+
+
+async def test_versions_are_read_in_a_snapshot_taken_after_the_calling_statement(
+    conn, database_url
+):
+    """The claim's case: a job committed after the claiming statement
+    started (awa.claim_v1 scans in snapshots of its own) is still found by
+    awa.job_schema_versions_v1, where a join in that statement would miss
+    it. The statement waits on a lock the inserting transaction holds."""
+    gate = 0x656E76  # an advisory lock key of this test's own
+    job_id = await conn.fetchval("SELECT nextval('awa.jobs_id_seq')")
+    inserter = await asyncpg.connect(database_url)
+    reader = await asyncpg.connect(database_url)
+    try:
+        inserting = inserter.transaction()
+        await inserting.start()
+        await inserter.execute("SELECT pg_advisory_xact_lock($1)", gate)
+        await inserter.execute(
+            "INSERT INTO awa.jobs (id, kind, schema_version) VALUES ($1, 'k', 3)", job_id
+        )
+        statement = asyncio.ensure_future(
+            reader.fetchrow(
+                """SELECT (SELECT v.schema_version
+                           FROM awa.job_schema_versions_v1(ARRAY[$1::bigint * gate.one]) AS v)
+                          AS versioned,
+                          (SELECT j.schema_version FROM awa.jobs AS j
+                           WHERE j.id = $1::bigint * gate.one) AS joined
+                   FROM (SELECT pg_advisory_xact_lock($2), 1 AS one) AS gate""",
+                job_id,
+                gate,
+            )
+        )
+        await eventually(lambda: _waiting_on_advisory_lock(conn))
+        await inserting.commit()
+        row = await statement
+    finally:
+        await inserter.close()
+        await reader.close()
+    assert (row["versioned"], row["joined"]) == (3, None)
+
+
+async def _waiting_on_advisory_lock(conn: asyncpg.Connection) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        )
+    )
 
 
 async def test_parking_gives_the_attempt_back_and_records_why(conn):
