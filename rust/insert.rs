@@ -35,6 +35,8 @@ pub struct JobInput {
     pub timeout_ms: Option<i64>,
     /// The job's overall deadline, microseconds since the epoch.
     pub deadline_us: Option<i64>,
+    /// The schema version its arguments were written at; `None`: 1.
+    pub schema_version: Option<i64>,
 }
 
 /// A job's unique key and the states in which an existing job conflicts.
@@ -61,6 +63,9 @@ pub struct NewJob {
     pub unique: Option<UniqueKey>,
     pub timeout_ms: Option<i32>,
     pub deadline_us: Option<i64>,
+    /// `None` for version 1 (the database reads NULL as 1), so jobs of tasks
+    /// that never declare a version are written as before.
+    pub schema_version: Option<i16>,
 }
 
 impl NewJob {
@@ -82,6 +87,11 @@ impl NewJob {
             .map(payload::check_timeout_ms)
             .transpose()?;
         let deadline_us = input.deadline_us.map(payload::check_deadline).transpose()?;
+        let schema_version = input
+            .schema_version
+            .map(payload::check_schema_version)
+            .transpose()?
+            .filter(|&version| version > 1);
         let tags = match input.tags {
             None => None,
             Some(tags) => {
@@ -118,6 +128,7 @@ impl NewJob {
             unique,
             timeout_ms,
             deadline_us,
+            schema_version,
         })
     }
 
@@ -194,6 +205,10 @@ impl NewJob {
         if let Some(micros) = self.deadline_us {
             key(writer, "deadline_at", false);
             timestamp(writer, micros);
+        }
+        if let Some(version) = self.schema_version {
+            key(writer, "schema_version", false);
+            writer.i64(version.into());
         }
         writer.end_object();
     }
@@ -347,7 +362,7 @@ impl InsertBatch {
     /// `awa.enqueue_time_v1()`, a volatile function, and `PostgreSQL` then
     /// writes the rows one by one instead of in batches.
     pub fn copy_columns(&self, with_ids: bool) -> Vec<&'static str> {
-        let mut columns = Vec::with_capacity(13);
+        let mut columns = Vec::with_capacity(14);
         if with_ids {
             columns.push("id");
         }
@@ -366,6 +381,9 @@ impl InsertBatch {
         if self.has_limits() {
             columns.extend(["timeout_ms", "deadline_at"]);
         }
+        if self.has_schema_versions() {
+            columns.push("schema_version");
+        }
         columns
     }
 
@@ -379,13 +397,14 @@ impl InsertBatch {
             return Err(Invalid::new("ids", "one id is needed per row"));
         }
         let with_limits = self.has_limits();
+        let with_versions = self.has_schema_versions();
         let mut out = String::with_capacity(self.jobs.len() * 96);
         for (row, job) in self.jobs.iter().enumerate() {
             if let Some(ids) = ids {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            copy_row(&mut out, job, now_us, with_limits);
+            copy_row(&mut out, job, now_us, with_limits, with_versions);
         }
         Ok(out)
     }
@@ -396,9 +415,14 @@ impl InsertBatch {
             .iter()
             .any(|job| job.timeout_ms.is_some() || job.deadline_us.is_some())
     }
+
+    /// Whether any job has a schema version past 1 (COPY then sends the column).
+    fn has_schema_versions(&self) -> bool {
+        self.jobs.iter().any(|job| job.schema_version.is_some())
+    }
 }
 
-fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool) {
+fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool, with_versions: bool) {
     let state = if job.is_available(now_us) {
         "available"
     } else {
@@ -431,6 +455,10 @@ fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool) {
         optional_copy_value(out, job.timeout_ms.map(|ms| ms.to_string()));
         out.push('\t');
         optional_copy_value(out, job.deadline_us.map(payload::format_timestamp_us));
+    }
+    if with_versions {
+        out.push('\t');
+        optional_copy_value(out, job.schema_version.map(|version| version.to_string()));
     }
     out.push('\n');
 }
@@ -500,6 +528,7 @@ mod tests {
             unique: None,
             timeout_ms: None,
             deadline_us: None,
+            schema_version: None,
         }
     }
 
@@ -523,6 +552,14 @@ mod tests {
             ("run_at", Box::new(|job| job.run_at_us = Some(i64::MAX))),
             ("timeout", Box::new(|job| job.timeout_ms = Some(0))),
             ("deadline", Box::new(|job| job.deadline_us = Some(i64::MIN))),
+            (
+                "schema_version",
+                Box::new(|job| job.schema_version = Some(0)),
+            ),
+            (
+                "schema_version",
+                Box::new(|job| job.schema_version = Some(40_000)),
+            ),
             (
                 "tags",
                 Box::new(|job| job.tags = Some(vec!["t".into(); 21])),
@@ -610,6 +647,25 @@ mod tests {
         assert!(lines[1].ends_with("\t10\t\\N"));
         assert!(batch.copy_text(1_000, Some(&[7])).is_err());
         assert_eq!(batch.available_queues(1_000), ["default"]);
+    }
+
+    #[test]
+    fn version_one_is_written_as_no_version_and_later_ones_as_given() {
+        let mut first = input();
+        first.schema_version = Some(1);
+        let mut third = input();
+        third.schema_version = Some(3);
+        let mut batch = InsertBatch::with_capacity(2);
+        batch.push(NewJob::check(first, None).unwrap()).unwrap();
+        assert!(!batch.json_rows().contains("schema_version"));
+        assert!(!batch.copy_columns(false).contains(&"schema_version"));
+        batch.push(NewJob::check(third, None).unwrap()).unwrap();
+        assert!(batch.json_rows().ends_with(r#""schema_version":3}]"#));
+        assert_eq!(batch.copy_columns(false).last(), Some(&"schema_version"));
+        let text = batch.copy_text(1_000, None).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("\t\\N"), "{text}");
+        assert!(lines[1].ends_with("\t3"), "{text}");
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub const MAX_TAGS: usize = 20;
 pub const MAX_TAG_CHARS: usize = 200;
 /// `max_crashes` is stored as a smallint; anything larger means "never".
 pub const MAX_MAX_CRASHES: i64 = 10_000;
+/// The highest schema version a job's arguments can have (a smallint).
+pub const MAX_SCHEMA_VERSION: i64 = i16::MAX as i64;
 
 /// Microseconds from 1970-01-01 to 0001-01-01T00:00:00Z.
 pub const MIN_TIMESTAMP_US: i64 = -62_135_596_800_000_000;
@@ -105,6 +107,12 @@ pub fn check_max_attempts(value: i64) -> Result<i16, Invalid> {
 
 pub fn check_max_crashes(value: i64) -> Result<i16, Invalid> {
     in_range("max_crashes", value, 0, MAX_MAX_CRASHES).map(narrow)
+}
+
+/// The schema version a job's arguments were written at: 1 (the first)
+/// or more.
+pub fn check_schema_version(value: i64) -> Result<i16, Invalid> {
+    in_range("schema_version", value, 1, MAX_SCHEMA_VERSION).map(narrow)
 }
 
 /// A value already checked against a range that fits a smallint.

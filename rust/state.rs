@@ -14,10 +14,13 @@ pub enum JobState {
     Completed,
     Failed,
     Cancelled,
+    /// Parked: no worker could decode its arguments (spec 003); an operator
+    /// makes it available again for a newer worker.
+    Undecodable,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Scheduled,
         JobState::Available,
         JobState::Running,
@@ -26,6 +29,7 @@ impl JobState {
         JobState::Completed,
         JobState::Failed,
         JobState::Cancelled,
+        JobState::Undecodable,
     ];
 
     /// The name used in SQL and in `awa.JobState`.
@@ -39,6 +43,7 @@ impl JobState {
             JobState::Completed => "completed",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::Undecodable => "undecodable",
         }
     }
 
@@ -48,7 +53,8 @@ impl JobState {
             .find(|state| state.as_str() == name)
     }
 
-    /// Terminal states are never left again by the worker paths.
+    /// Terminal states are never left again by the worker paths (an
+    /// undecodable job is not terminal: it is made available again).
     pub fn is_terminal(self) -> bool {
         matches!(
             self,

@@ -23,6 +23,7 @@ from awa.client import (
 )
 from awa.config import WorkerConfig
 from awa.dead_letters import DeadLetter, DeadLetterReason
+from awa.envelope import UndecodableReason
 from awa.errors import (
     ArgsNotDecodable,
     AttemptLost,
@@ -100,6 +101,7 @@ __all__ = [
     "StagingError",
     "TerminalError",
     "Transaction",
+    "UndecodableReason",
     "UniqueConflict",
     "UniqueOpts",
     "UnknownJobKind",

@@ -110,12 +110,14 @@ class _InsertOptions(Protocol):
     unique: _UniqueOptions | None
     timeout_ms: int | None
     deadline_us: int | None
+    schema_version: object
 
 _Resolver: TypeAlias = Callable[
-    [object, object, object], tuple[object, object, int | None, Callable[[object], object] | None]
+    [object, object, object],
+    tuple[object, object, int | None, Callable[[object], object] | None, int | None],
 ]
-"""``(args, kind, queue) -> (kind, queue, queue_max_crashes, check)``: the
-registry's answer for one argument type with one kind and queue option."""
+"""``(args, kind, queue) -> (kind, queue, queue_max_crashes, check, schema_version)``:
+the registry's answer for one argument type with one kind and queue option."""
 
 class _StagedRow(TypedDict):
     """One row of :meth:`InsertRows.rows`."""
@@ -133,6 +135,7 @@ class _StagedRow(TypedDict):
     unique_states: int | None
     timeout_ms: int | None
     deadline_us: int | None
+    schema_version: int | None
 
 def check_queue_name(name: str) -> None:
     """Raises ``ValueError`` (saying which rule ``name`` breaks) unless it is
@@ -249,8 +252,10 @@ class InsertRows:
         job; each distinct object is read once. ``resolve(args, kind,
         queue)`` is called once per distinct argument type, ``kind`` and
         ``queue`` option and returns the kind and queue to use, the queue's
-        default ``max_crashes`` (used where ``max_crashes_from_queue``) and
-        a check to call on each job's arguments (or ``None``).
+        default ``max_crashes`` (used where ``max_crashes_from_queue``), a
+        check to call on each job's arguments (or ``None``) and the kind's
+        task's schema version (used where the options give none; ``None``
+        is 1).
 
         Limits: ``kind`` and ``queue`` are strings of 1-200 characters;
         ``priority`` 1-4; ``max_attempts`` 1-1000; ``max_crashes`` 0-10 000 or
@@ -261,8 +266,10 @@ class InsertRows:
         ``timeout_ms`` (an attempt's timeout) 1 to 2 147 483 647 and
         ``deadline_us`` (the job's overall deadline, microseconds since the
         epoch) within the years 1-9999, errors naming ``timeout`` and
-        ``deadline``. Integers must be ``int`` (``bool`` is refused) and no
-        text may hold a NUL character.
+        ``deadline``; ``schema_version`` (``None``: the resolver's) 1 to
+        32 767, version 1 written as no version (``None`` in :meth:`rows`,
+        left out of :meth:`json_rows` and COPY). Integers must be ``int``
+        (``bool`` is refused) and no text may hold a NUL character.
 
         ``unique``, ``(by_args, by_queue, period_s, states_mask)``, gives the
         job a unique key: the first 16 bytes of SHA-256 over its kind, its
@@ -297,9 +304,9 @@ class InsertRows:
         ``awa.job_input`` type (``kind``, ``queue``, ``args``, ``priority``,
         ``max_attempts``, ``max_crashes``, ``run_at``, ``tags``,
         ``metadata``, ``unique_key``, ``unique_states``, ``timeout_ms``,
-        ``deadline_at``), absent values left out, moments as UTC timestamp
-        text (``2026-11-30 16:33:51.123456+00``, which PostgreSQL reads
-        exactly), the unique key as bytea text (``\\x…``): the one parameter
+        ``deadline_at``, ``schema_version``), absent values left out,
+        moments as UTC timestamp text (``2026-11-30 16:33:51.123456+00``,
+        which PostgreSQL reads exactly), the unique key as bytea text (``\\x…``): the one parameter
         of ``jobs_insert`` and ``jobs_insert_follow_ups``."""
 
     def unique_keys(self) -> list[bytes | None]:

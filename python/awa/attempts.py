@@ -9,8 +9,10 @@ to the path every job takes.
 
 Outcomes, by the entry's error type: ``WorkerCrash`` → ``abandoned``,
 ``AttemptTimeout`` and ``CallbackTimeout`` → ``timed_out``, ``Cancel`` →
-``cancelled``, anything else → ``failed``; the row gives ``succeeded``,
-``running`` or ``waiting`` (parked on a callback).
+``cancelled``, anything else → ``failed``, but an entry whose outcome is
+``undecodable`` (the worker could not decode the arguments and gave the
+attempt back, so the next run has the same number) → ``undecodable``; the
+row gives ``succeeded``, ``running`` or ``waiting`` (parked on a callback).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _OUTCOME_BY_ERROR_TYPE: Final = {
     "CallbackTimeout": "timed_out",
     "Cancel": "cancelled",
 }
+UNDECODABLE: Final = "undecodable"
 _OUTCOME_BY_STATE: Final = {
     "completed": "succeeded",
     "running": "running",
@@ -38,7 +41,8 @@ class AttemptRecord:
     """One run of a job."""
 
     attempt: int
-    #: succeeded, failed, timed_out, abandoned, cancelled, running or waiting.
+    #: succeeded, failed, timed_out, abandoned, cancelled, undecodable,
+    #: running or waiting.
     outcome: str
     started_at: datetime.datetime | None
     finished_at: datetime.datetime | None
@@ -75,7 +79,7 @@ def attempt_records(job: JobHistory) -> list[AttemptRecord]:
         records.append(
             AttemptRecord(
                 attempt=int(entry.get("attempt", 0)),
-                outcome=_OUTCOME_BY_ERROR_TYPE.get(entry.get("type", ""), "failed"),
+                outcome=_entry_outcome(entry),
                 started_at=_timestamp(started),
                 finished_at=_timestamp(entry.get("at")),
                 worker_id=entry.get("worker_id"),
@@ -94,6 +98,12 @@ def attempt_records(job: JobHistory) -> list[AttemptRecord]:
             )
         )
     return records
+
+
+def _entry_outcome(entry: dict[str, Any]) -> str:
+    if entry.get("outcome") == UNDECODABLE:
+        return UNDECODABLE
+    return _OUTCOME_BY_ERROR_TYPE.get(entry.get("type", ""), "failed")
 
 
 def _timestamp(value: Any) -> datetime.datetime | None:

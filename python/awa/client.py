@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, cast, ov
 
 import asyncpg
 
-from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues
+from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues, undecodable
 from awa import explain as explaining
 from awa import periodic as periodic_jobs
 from awa.config import (
@@ -165,6 +165,8 @@ class AsyncClient:
         queue: str = "default",
         interrupt_on_cancel: bool = False,
         timeout: float | datetime.timedelta | None = None,
+        schema_version: int = 1,
+        upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     ) -> Callable[[Callable[[RunningJob[T]], R]], Callable[[RunningJob[T]], R]]:
         """Registers the decorated function as the handler for a job kind.
 
@@ -189,6 +191,18 @@ class AsyncClient:
         running then is cancelled and the attempt fails with
         ``AttemptTimeout`` (retried while attempts remain); if its worker
         hung or died, maintenance does the same once the deadline passed.
+
+        ``schema_version`` (default 1) is the version of the arguments this
+        task's jobs are written at: inserts, follow-ups and periodic jobs of
+        the kind record it. ``upcasters`` maps each older version (exactly 1
+        to ``schema_version - 1``) to a function taking the arguments of
+        that version as a dict and returning the next version's; a worker
+        applies them in turn to older jobs before validating the result as
+        ``args_type``. A job this worker cannot decode (no task for its
+        kind, a newer version, an upcaster that raised, arguments that do
+        not validate) is parked ``undecodable`` without using an attempt;
+        see :meth:`retry_undecodable`. A bad version or upcaster set raises
+        :class:`awa.ConfigurationError` here.
         """
         if not isinstance(interrupt_on_cancel, bool):
             raise ConfigurationError("interrupt_on_cancel: must be True or False")
@@ -202,6 +216,8 @@ class AsyncClient:
                 queue=queue,
                 interrupt_on_cancel=interrupt_on_cancel,
                 timeout_s=timeout_s,
+                schema_version=schema_version,
+                upcasters=upcasters,
             )
             return handler
 
@@ -258,10 +274,15 @@ class AsyncClient:
             if option is not None
         }  # fmt: skip
         self._rows([value], None, {"kind": kind, **options})  # every check an insert makes
-        resolved_kind, resolved_queue, _, _ = self._registry.resolution(
+        resolved_kind, resolved_queue, _, _, schema_version = self._registry.resolution(
             value, kind, queue, require_task=True
         )
         options["queue"] = resolved_queue
+        if schema_version is not None and schema_version > 1:
+            # The stored arguments are this task's: its fires keep the
+            # version, whichever release's leader enqueues them (version 1
+            # is stored as none, like a job's).
+            options["schema_version"] = schema_version
         self._periodic[name] = periodic_jobs.PeriodicJob(
             schedule, resolved_kind, json.loads(_core.encode_json(value)), options
         )
@@ -857,10 +878,9 @@ class AsyncClient:
         self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
     ) -> Job[Any]:
         """A job from a row; its args decode with ``decode``, else as the
-        kind's task says (a dict for a kind without one)."""
-        if decode is None:
-            decode = self._decoder(row["kind"])
-        return Job.from_record(row, decode, with_payload=include_payload)
+        kind's task says (a dict for a kind without one), upcast first when
+        written at an older version of that task."""
+        return self._registry.committed_job(row, with_payload=include_payload, decode=decode)
 
     # ── the dead-letter queue ───────────────────────────────────────────
 
@@ -882,7 +902,7 @@ class AsyncClient:
         _check_limit(limit)
         selected = dead_letters.filters(None, queue, kind, reason)
         return await dead_letters.list_dead_letters(
-            await self._database(), self._decoder, selected, limit, include_payload
+            await self._database(), self._registry.committed_job, selected, limit, include_payload
         )
 
     async def retry_from_dlq(
@@ -929,9 +949,23 @@ class AsyncClient:
         before = None if older_than is None else datetime.datetime.now(datetime.UTC) - older_than
         return await dead_letters.purge(await self._database(), selected, before)
 
-    def _decoder(self, kind: str) -> Any:
-        task = self._registry.by_kind.get(kind)
-        return task.decode_args if task is not None else None
+    # ── undecodable jobs ────────────────────────────────────────────────
+
+    async def retry_undecodable(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+    ) -> int:
+        """Makes undecodable jobs (``list_jobs(state="undecodable")``)
+        available again, for workers that can now decode them, and returns
+        how many. Give ``ids``, ``queue`` or ``kind`` (any of them narrows
+        the selection); with none, :class:`awa.ValidationError`. Their
+        attempts were never used and they kept their unique keys; a worker
+        that still cannot decode one parks it again."""
+        undecodable.check_selection(ids, queue, kind)
+        return await undecodable.retry(await self._database(), ids, queue, kind)
 
     # ── quarantine ──────────────────────────────────────────────────────
 

@@ -100,12 +100,14 @@ def require_selection(selected: Filters, everything: bool, action: str) -> None:
 
 
 async def list_dead_letters(
-    db: Database, decode: Any, selected: Filters, limit: int, include_payload: bool
+    db: Database, job_of: Any, selected: Filters, limit: int, include_payload: bool
 ) -> list[DeadLetter]:
+    """The selected dead letters; ``job_of(row, with_payload=...)`` makes
+    each one's job (``Registry.committed_job``)."""
     rows = await db.fetch("jobs_dead_letters", *selected.args(), limit, include_payload)
     letters = []
     for row in rows:
-        job = Job.from_record(row, decode(row["kind"]), with_payload=include_payload)
+        job = job_of(row, with_payload=include_payload)
         reason = row["failure_reason"]
         letters.append(DeadLetter(job, None if reason is None else DeadLetterReason(reason)))
     return letters

@@ -63,16 +63,20 @@ class TerminalError(AwaError):
 
 
 class UnknownJobKind(TerminalError):
-    """A worker claimed a job whose kind no task of it handles. The job fails
-    for good (a dead letter, ``terminal_error``): retrying would meet the same
-    worker code. Redrive it (``retry_from_dlq(kind=...)``) once workers that
-    handle the kind are deployed."""
+    """A worker claimed a job whose kind no task of it handles. The job never
+    runs there: it is parked ``undecodable`` (reason ``unknown_kind``) with
+    its attempt given back, and its error entry has this type. Send it back
+    (``retry_undecodable(kind=...)``) once workers that handle the kind are
+    deployed."""
 
 
 class ArgsNotDecodable(TerminalError):
-    """A claimed job's stored arguments do not validate as its task's
-    argument type (inserted by another release, or edited). The job fails for
-    good; fix the arguments or the model, then redrive it."""
+    """A claimed job's stored arguments cannot become its task's argument
+    type: written at a newer schema version than the task's, an upcaster
+    failed, or they do not validate (inserted by another release, or
+    edited). The job never runs: it is parked ``undecodable`` with its
+    attempt given back, and its error entry has this type. Deploy workers
+    that can read it, or fix the arguments, then ``retry_undecodable``."""
 
 
 class ConfigurationError(AwaError, ValueError):

@@ -33,6 +33,8 @@ class ExplainReason(StrEnum):
     RUNNING = "running"
     #: Parked until its callback is resolved or times out.
     WAITING_FOR_CALLBACK = "waiting_for_callback"
+    #: A worker could not decode its arguments: parked until ``retry_undecodable``.
+    UNDECODABLE = "undecodable"
     #: Its ``run_at`` is in the future (a delay, a retry's backoff, a snooze).
     SCHEDULED = "scheduled"
     #: Its queue is paused (``pause_queue``).
@@ -88,6 +90,12 @@ def _explain(row: Any) -> Explanation:
             ExplainReason.WAITING_FOR_CALLBACK,
             f"job {job_id} waits for its callback (times out at {row['callback_timeout_at']})",
             until=row["callback_timeout_at"],
+        )
+    if state == "undecodable":
+        return because(
+            ExplainReason.UNDECODABLE,
+            f"a worker could not decode job {job_id} ({row['failure_reason']}); it waits for "
+            "retry_undecodable, once workers that can read it run",
         )
     if row["run_at"] > row["now"]:
         return because(

@@ -49,7 +49,9 @@ class CopyInsertOptions(TypedDict, total=False):
     ``tags`` at most 20 strings of 1–200 characters; ``metadata`` a dict
     that serializes to a JSON object; ``timeout`` (seconds or ``timedelta``)
     bounds each attempt, over the task's and queue's timeouts; ``deadline``
-    (a datetime or a ``timedelta`` from now) bounds the whole job.
+    (a datetime or a ``timedelta`` from now) bounds the whole job;
+    ``schema_version`` (1–32 767; default: the kind's task's, else 1) is
+    the version the arguments are written at (see ``@client.task``).
     """
 
     kind: str | None
@@ -62,6 +64,7 @@ class CopyInsertOptions(TypedDict, total=False):
     metadata: Mapping[str, Any] | None
     timeout: float | datetime.timedelta | None
     deadline: datetime.datetime | datetime.timedelta | None
+    schema_version: int | None
 
 
 class InsertOptions(CopyInsertOptions, total=False):
@@ -79,7 +82,12 @@ INSERT_OPTIONS: Final = InsertOptions.__required_keys__ | InsertOptions.__option
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MICROSECOND: Final = datetime.timedelta(microseconds=1)
 _INT64_MAX: Final = 2**63 - 1
-_STATE_BITS: Final = {state: 1 << index for index, state in enumerate(JobState)}
+#: One bit per state, as ``awa.job_state_bit``: an undecodable job waits to
+#: be made available again, so it holds its key as an available one does.
+_STATE_BITS: Final = {
+    **{state: 1 << index for index, state in enumerate(JobState)},
+    JobState.Undecodable: 1 << list(JobState).index(JobState.Available),
+}
 
 #: The states a job waits or runs in. ``unique_opts.states`` must include
 #: every one. A job that held its key in only some of them would let a
@@ -176,6 +184,8 @@ class InsertOpts:
     unique: tuple[bool, bool, int | None, int] | None = None
     timeout_ms: int | None = None
     deadline_us: int | None = None
+    #: ``None``: the kind's task's version (the registry's resolution).
+    schema_version: Any = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any], where: str = "options") -> InsertOpts:
@@ -201,6 +211,7 @@ class InsertOpts:
             unique=unique_core(options.get("unique_opts")),
             timeout_ms=None if timeout is None else timeout_ms(timeout),
             deadline_us=None if deadline is None else moment_us(deadline, "deadline"),
+            schema_version=options.get("schema_version"),
         )
 
 

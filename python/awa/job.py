@@ -37,10 +37,17 @@ class JobState(StrEnum):
     Completed = "completed"
     Failed = "failed"
     Cancelled = "cancelled"
+    #: No worker could decode its arguments (no task for its kind, a schema
+    #: version newer than the task's, an upcaster that raised, arguments
+    #: that do not validate): parked, its attempt given back, until
+    #: ``retry_undecodable`` makes it available again.
+    Undecodable = "undecodable"
 
     @property
     def is_terminal(self) -> bool:
-        """Completed, failed and cancelled jobs never run again on their own."""
+        """Completed, failed and cancelled jobs never run again on their own.
+        (An undecodable job does not either, but it is not finished: it keeps
+        its unique key and goes back to work with ``retry_undecodable``.)"""
         return self in _TERMINAL
 
 
@@ -69,9 +76,13 @@ JOB_COLUMNS: Final = (
     "errors",
     "callback_id",
     "callback_timeout_at",
+    "schema_version",
 )
 
 ArgsDecoder = Callable[[str], Any]
+
+#: The version of arguments whose ``schema_version`` column is NULL.
+FIRST_SCHEMA_VERSION: Final = 1
 
 _set = object.__setattr__
 JobT = TypeVar("JobT", bound="Job[Any]")
@@ -136,6 +147,7 @@ class Job(Generic[T_co]):
         "queue",
         "run_at",
         "run_lease",
+        "schema_version",
         "state",
         "tags",
     )
@@ -157,6 +169,10 @@ class Job(Generic[T_co]):
     tags: list[str]
     callback_id: uuid.UUID | None
     callback_timeout_at: datetime.datetime | None
+    #: The schema version its arguments are at (1 for a task that declares
+    #: none): as stored, or the version of this process's task for the kind
+    #: when the arguments were upcast to it (see ``@client.task``).
+    schema_version: int
     _args_json: str
     _metadata_json: str | None
     _errors_json: str | None
@@ -168,13 +184,20 @@ class Job(Generic[T_co]):
 
     @classmethod
     def from_record(
-        cls, row: Any, decode_args: ArgsDecoder | None = None, *, with_payload: bool = True
+        cls,
+        row: Any,
+        decode_args: ArgsDecoder | None = None,
+        *,
+        with_payload: bool = True,
+        upcast: tuple[str, int] | None = None,
     ) -> Job[Any]:
         """Builds a job from a row of any job query, reading its columns by
         name (:data:`JOB_COLUMNS`). ``with_payload=False`` marks a row read
-        for inspection without its args and metadata."""
+        for inspection without its args and metadata; ``upcast``, the
+        arguments' JSON and version, stands for the row's arguments when
+        they were upcast to the task's schema version."""
         job = writable(cls)
-        fill(job, row, decode_args, with_payload)
+        fill(job, row, decode_args, with_payload, upcast)
         return sealed(job, cls)
 
     def finished(self, row: Any) -> Job[T_co]:
@@ -205,6 +228,7 @@ class Job(Generic[T_co]):
         job._errors_json = self._errors_json if row["errors"] is None else row["errors"]
         job.callback_id = row["callback_id"]
         job.callback_timeout_at = row["callback_timeout_at"]
+        job.schema_version = self.schema_version
         job._decode_args = self._decode_args
         job._args = _UNSET
         job._metadata = _UNSET
@@ -235,7 +259,8 @@ class Job(Generic[T_co]):
 
     @property
     def args_json(self) -> str:
-        """The arguments exactly as stored (compact JSON text)."""
+        """The arguments exactly as stored (compact JSON text); in a
+        running job of an older schema version, as upcast to its task's."""
         self._require_payload()
         return self._args_json
 
@@ -260,8 +285,9 @@ class Job(Generic[T_co]):
     @property
     def attempts(self) -> list[AttemptRecord]:
         """Every run of this job, oldest first: outcome (``succeeded``,
-        ``failed``, ``timed_out``, ``abandoned``, ``cancelled``, ``running``,
-        ``waiting``), start, end, worker and error (see :mod:`awa.attempts`)."""
+        ``failed``, ``timed_out``, ``abandoned``, ``cancelled``,
+        ``undecodable``, ``running``, ``waiting``), start, end, worker and
+        error (see :mod:`awa.attempts`)."""
         from awa.attempts import attempt_records  # attempts imports this module
 
         return attempt_records(self)
@@ -273,8 +299,16 @@ class Job(Generic[T_co]):
         )
 
 
-def fill(job: Job[Any], row: Any, decode_args: ArgsDecoder | None, with_payload: bool) -> None:
-    """Sets a :func:`writable` job's fields from a row, by column name."""
+def fill(
+    job: Job[Any],
+    row: Any,
+    decode_args: ArgsDecoder | None,
+    with_payload: bool,
+    upcast: tuple[str, int] | None = None,
+) -> None:
+    """Sets a :func:`writable` job's fields from a row, by column name;
+    ``upcast`` (JSON, version), when given, in place of the row's arguments
+    and their version."""
     job.id = row["id"]
     job.run_lease = row["run_lease"]
     job.kind = row["kind"]
@@ -290,7 +324,11 @@ def fill(job: Job[Any], row: Any, decode_args: ArgsDecoder | None, with_payload:
     job.attempted_at = row["attempted_at"]
     job.finalized_at = row["finalized_at"]
     job.tags = row["tags"] or []
-    job._args_json = row["args"]
+    if upcast is None:
+        job._args_json = row["args"]
+        job.schema_version = row["schema_version"] or FIRST_SCHEMA_VERSION
+    else:
+        job._args_json, job.schema_version = upcast
     job._metadata_json = row["metadata"]
     job._errors_json = row["errors"]
     job.callback_id = row["callback_id"]

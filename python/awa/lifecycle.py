@@ -61,12 +61,8 @@ class Lifecycle:
         """Whether a committed ``outcome`` of ``kind`` needs its row read back."""
         return self.hooks.wants(kind) or self.follow_ups.may_follow(kind, outcome)
 
-    def decoder(self, kind: str) -> Any:
-        task = self.registry.by_kind.get(kind)
-        return task.decode_args if task is not None else None
-
     def committed_job(self, row: Any) -> Job[Any]:
-        return Job.from_record(row, self.decoder(row["kind"]))
+        return self.registry.committed_job(row)
 
     def follow_up_rows(
         self, transitions: Sequence[tuple[Transition, FollowUpStage | None]]

@@ -42,7 +42,7 @@ MISSED_AFTER_S: Final = 60.0
 #: after a long outage); the rest follow on the next passes.
 MAX_FIRES_PER_PASS: Final = 1000
 #: The insert options a schedule keeps for its jobs.
-JOB_OPTIONS: Final = ("queue", "priority", "max_attempts", "tags", "metadata")
+JOB_OPTIONS: Final = ("queue", "priority", "max_attempts", "tags", "metadata", "schema_version")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,8 @@ class PeriodicJob:
     schedule: Schedule
     kind: str
     args: Any
-    #: Insert options of its jobs (queue, priority, max_attempts, tags, metadata).
+    #: Insert options of its jobs (queue, priority, max_attempts, tags, metadata,
+    #: schema_version).
     options: Mapping[str, Any]
 
     @property
@@ -111,7 +112,8 @@ class PeriodicInfo:
     queue: str | None
     #: The arguments of its jobs, as stored (JSON).
     args: Any
-    #: The insert options of its jobs (queue, priority, max_attempts, tags, metadata).
+    #: The insert options of its jobs (queue, priority, max_attempts, tags, metadata,
+    #: schema_version).
     options: Mapping[str, Any]
     missed_fire_policy: str
     paused: bool

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_origin
@@ -14,8 +15,9 @@ import pydantic
 
 from awa import _core
 from awa.config import DEFAULT_MAX_CRASHES
+from awa.envelope import Upcaster, check_versions, upcast_stored
 from awa.errors import ConfigurationError, ValidationError
-from awa.job import ArgsDecoder
+from awa.job import FIRST_SCHEMA_VERSION, ArgsDecoder, Job
 
 DEFAULT_QUEUE = "default"
 
@@ -39,6 +41,10 @@ class Task:
     #: Checks arguments given as plain Python values (a dict for a model)
     #: at insert, as the handler will decode them; None for dict tasks.
     check_args: Callable[[Any], Any] | None = None
+    #: The version its arguments are written at (see :mod:`awa.envelope`).
+    schema_version: int = FIRST_SCHEMA_VERSION
+    #: Version → the function upcasting arguments of that version to the next.
+    upcasters: Mapping[int, Upcaster] = dataclasses.field(default_factory=dict)
 
 
 def derive_kind(name: str) -> str:
@@ -104,6 +110,8 @@ class Registry:
         queue: str,
         interrupt_on_cancel: bool = False,
         timeout_s: float | None = None,
+        schema_version: Any = FIRST_SCHEMA_VERSION,
+        upcasters: Any = None,
     ) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
@@ -121,6 +129,7 @@ class Registry:
             )
         if not callable(handler):
             raise ConfigurationError(f"the handler for {kind!r} is not callable")
+        schema_version, upcasters = check_versions(kind, schema_version, upcasters)
         task = Task(
             kind=kind,
             queue=queue,
@@ -131,6 +140,8 @@ class Registry:
             interrupt_on_cancel=interrupt_on_cancel,
             timeout_s=timeout_s,
             check_args=_python_validator_for(args_type),
+            schema_version=schema_version,
+            upcasters=types.MappingProxyType(dict(upcasters)),
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):
@@ -166,6 +177,23 @@ class Registry:
         except TypeError:  # an unhashable type expression
             return decoder_for(args_type)
 
+    def committed_job(
+        self, row: Any, *, with_payload: bool = True, decode: ArgsDecoder | None = None
+    ) -> Job[Any]:
+        """The job of a row of any job query, its args decoded with
+        ``decode``, else as the kind's task says (a dict for a kind without
+        one). Args written at an older schema version of that task are
+        upcast to it first (as a worker would before running it), so hooks,
+        follow-up specs and inspection see the task's version; args that
+        cannot be upcast stay as stored."""
+        task = self.by_kind.get(row["kind"])
+        if task is None:
+            return Job.from_record(row, decode, with_payload=with_payload)
+        upcast = upcast_stored(task, row["args"], row["schema_version"]) if with_payload else None
+        return Job.from_record(
+            row, decode or task.decode_args, with_payload=with_payload, upcast=upcast
+        )
+
     def for_args(self, args: Any) -> Task | None:
         """The task whose argument type ``args`` is an instance of, if exactly one."""
         return self._by_type.get(type(args))
@@ -187,12 +215,13 @@ class Registry:
 
     def resolution(
         self, args: Any, kind: Any, queue: Any, require_task: bool = False
-    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None]:
+    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None, int | None]:
         """The kind and queue an insert of arguments of this type uses:
         explicit values first, then the task registered for the argument
-        type, then the class name; with the queue's default ``max_crashes``
-        and the check each job's arguments must pass (``None``: they are the
-        kind's own type), so that what no worker could run is refused before
+        type, then the class name; with the queue's default ``max_crashes``,
+        the check each job's arguments must pass (``None``: they are the
+        kind's own type) and the kind's task's schema version (``None``
+        without a task: version 1), so that what no worker could run is refused before
         any SQL: arguments that do not validate as the kind's registered
         type, and, with ``require_task`` (the client's own inserts), a
         derived kind no task handles unless this client registers no tasks
@@ -213,7 +242,8 @@ class Registry:
             if isinstance(queue, str)
             else DEFAULT_MAX_CRASHES
         )
-        return kind, queue, max_crashes, check
+        schema_version = task.schema_version if task is not None else None
+        return kind, queue, max_crashes, check, schema_version
 
     def _derived_kind(self, args: Any, require_task: bool) -> str:
         task = self.for_args(args)
@@ -238,7 +268,10 @@ class Registry:
 
 
 #: How the Rust core asks the registry for a batch's kinds and queues.
-Resolver = Callable[[Any, Any, Any], tuple[Any, Any, "int | None", "Callable[[Any], None] | None"]]
+Resolver = Callable[
+    [Any, Any, Any],
+    tuple[Any, Any, "int | None", "Callable[[Any], None] | None", "int | None"],
+]
 
 
 def _check_args(task: Task, args: Any) -> None:

@@ -72,9 +72,10 @@ class WorkResult:
     with attempts left, or ``RetryAfter``), ``"exhausted"`` (failed: a
     ``TerminalError``, a swallowed ``StagingError`` or no attempts left),
     ``"cancelled"`` or ``"snoozed"``; for anything else (a job parked for a
-    callback, or an outcome a rescue made stale) it is the name of the job's
-    state. ``error`` is ``"<Type>: <message>"`` from the error entry this
-    attempt recorded, or ``None``.
+    callback, one whose arguments could not be decoded, ``"undecodable"``, or
+    an outcome a rescue made stale) it is the name of the job's state.
+    ``error`` is ``"<Type>: <message>"`` from the error entry this attempt
+    recorded, or ``None``.
     """
 
     job: Job[Any]
@@ -328,6 +329,7 @@ class HandlerJob(RunningJob[T]):
             "attempted_at": now, "finalized_at": None, "args": encoded["args"],
             "tags": encoded["tags"], "metadata": encoded["metadata"], "errors": None,
             "callback_id": None, "callback_timeout_at": None,
+            "schema_version": encoded["schema_version"],
         }  # fmt: skip
         return cls.claimed(row, decode, FollowUpStage(registry), None, None)  # type: ignore[return-value]
 

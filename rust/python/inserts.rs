@@ -70,6 +70,8 @@ struct OptionSet {
     unique: Option<UniqueOpts>,
     timeout_ms: Option<i64>,
     deadline_us: Option<i64>,
+    /// `None`: the kind's task's version (the registry's answer).
+    schema_version: Option<i64>,
 }
 
 /// A job's `max_crashes` option.
@@ -92,6 +94,8 @@ struct Resolution {
     queue_max_crashes: Option<i64>,
     /// Validates each job's arguments as the kind's registered type.
     check: Option<Py<PyAny>>,
+    /// The schema version of the kind's task (`None`: no task, or 1).
+    schema_version: Option<i64>,
 }
 
 /// Validated, encoded rows for every insert path, and the follow-ups a
@@ -170,6 +174,7 @@ impl InsertRows {
                 dict.set_item("unique_states", job.unique.map(|unique| unique.states))?;
                 dict.set_item("timeout_ms", job.timeout_ms)?;
                 dict.set_item("deadline_us", job.deadline_us)?;
+                dict.set_item("schema_version", job.schema_version)?;
                 Ok(dict)
             })
             .collect()
@@ -350,6 +355,7 @@ impl InsertRows {
                 unique: set.unique,
                 timeout_ms: set.timeout_ms,
                 deadline_us: set.deadline_us,
+                schema_version: set.schema_version.or(resolution.schema_version),
             };
             let job =
                 NewJob::check(input, Some(now_us)).map_err(|invalid| refusal.err(&invalid))?;
@@ -444,8 +450,19 @@ fn read_options(options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<Option
         unique,
         timeout_ms: optional_int("timeout_ms", "timeout")?,
         deadline_us: optional_int("deadline_us", "deadline")?,
+        schema_version: optional_int("schema_version", "schema_version")?,
     })
 }
+
+/// The registry's answer, as `_core.pyi`'s `_Resolver` returns it: kind,
+/// queue, the queue's `max_crashes`, the check and the task's schema version.
+type Answer<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Option<i64>,
+    Option<Py<PyAny>>,
+    Option<i64>,
+);
 
 /// What the registry said, by (argument type, kind option, queue option)
 /// identity, in the order first met.
@@ -477,12 +494,8 @@ impl Resolutions {
         let kind_option = set.kind.as_ref().map(|kind| kind.bind(py).clone());
         let queue_option = set.queue.as_ref().map(|queue| queue.bind(py).clone());
         let answer = resolve.call1((args, kind_option, queue_option))?;
-        let (kind, queue, queue_max_crashes, check): (
-            Bound<'_, PyAny>,
-            Bound<'_, PyAny>,
-            Option<i64>,
-            Option<Py<PyAny>>,
-        ) = answer.extract()?;
+        let (kind, queue, queue_max_crashes, check, schema_version): Answer<'_> =
+            answer.extract()?;
         let refusal = Refusal::Validation { position: None };
         let kind = text_field("kind", &kind).map_err(|invalid| refusal.err(&invalid))?;
         let queue = text_field("queue", &queue).map_err(|invalid| refusal.err(&invalid))?;
@@ -495,6 +508,7 @@ impl Resolutions {
             queue,
             queue_max_crashes,
             check,
+            schema_version,
         });
         Ok(self.seen.last().expect("just pushed"))
     }

@@ -94,6 +94,7 @@ JOB_FIELDS = (
     "id", "run_lease", "kind", "queue", "state", "priority", "attempt", "max_attempts",
     "crashes", "max_crashes", "run_at", "created_at", "attempted_at", "finalized_at",
     "args_json", "tags", "metadata", "errors", "callback_id", "callback_timeout_at",
+    "schema_version",
 )  # fmt: skip
 
 

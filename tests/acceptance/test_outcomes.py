@@ -182,37 +182,37 @@ async def insert_unchecked(database_url: str, args: dict[str, Any], kind: str) -
         return (await producer.insert(args, kind=kind)).id
 
 
-async def test_arguments_that_no_longer_validate_fail_for_good_and_can_be_redriven(
+async def test_arguments_that_no_longer_validate_are_parked_undecodable_and_can_be_retried(
     client, conn, database_url
 ):
     seen: list[int] = []
     client.task(Work)(lambda job: seen.append(job.args.n))
     job_id = await insert_unchecked(database_url, {"n": "not a number"}, "work")
     await client.start([("default", 1)], **FAST_WORKER)
-    row = await wait_for_state(conn, job_id, "failed")
+    row = await wait_for_state(conn, job_id, "undecodable")
     [entry] = json.loads(row["errors"])
-    assert entry["type"] == "ArgsNotDecodable" and entry["reason"] == "terminal_error"
-    assert "do not validate as Work" in entry["message"] and row["attempt"] == 1
+    assert entry["type"] == "ArgsNotDecodable" and entry["reason"] == "args_invalid"
+    assert "do not validate as Work" in entry["message"] and row["attempt"] == 0
     await conn.execute("UPDATE awa.jobs SET args = '{\"n\": 3}' WHERE id = $1", job_id)
-    await client.retry_from_dlq([job_id])
+    assert await client.retry_undecodable([job_id]) == 1
     await wait_for_state(conn, job_id, "completed")
     await client.shutdown()
     assert seen == [3]
 
 
-async def test_an_unknown_kind_fails_for_good_and_is_redriven_once_a_worker_knows_it(
+async def test_an_unknown_kind_is_parked_undecodable_and_retried_once_a_worker_knows_it(
     client, conn, database_url
 ):
     client.task(Work)(lambda job: None)
     job_id = await insert_unchecked(database_url, {}, "from_a_newer_release")
     await client.start([("default", 1)], **FAST_WORKER)
-    row = await wait_for_state(conn, job_id, "failed")
+    row = await wait_for_state(conn, job_id, "undecodable")
     await client.shutdown()
     [entry] = json.loads(row["errors"])
-    assert entry["type"] == "UnknownJobKind" and entry["reason"] == "terminal_error"
+    assert entry["type"] == "UnknownJobKind" and entry["reason"] == "unknown_kind"
     async with awa.AsyncClient(database_url) as newer:
         newer.task(dict, kind="from_a_newer_release")(lambda job: None)
-        await newer.retry_from_dlq(kind="from_a_newer_release")
+        assert await newer.retry_undecodable(kind="from_a_newer_release") == 1
         await newer.start([("default", 1)], **FAST_WORKER)
         await wait_for_state(conn, job_id, "completed")
 

@@ -91,7 +91,7 @@ async def test_a_failure_storm_is_cut_short_per_kind(client, conn, caplog):
     assert "further storm failures in the next 60s only counted" in failures[-1].getMessage()
 
 
-async def test_an_unknown_kind_is_a_logged_failure(client, conn, caplog):
+async def test_an_unknown_kind_is_a_logged_undecodable_job(client, conn, caplog):
     caplog.set_level(logging.INFO, logger="awa")
 
     @client.task(dict, kind="known")
@@ -100,9 +100,10 @@ async def test_an_unknown_kind_is_a_logged_failure(client, conn, caplog):
 
     job = await client.insert({}, kind="nobody_handles_this", max_attempts=1)
     await client.start([("default", 1)], **FAST_WORKER)
-    await wait_for_state(conn, job.id, "failed")
+    await wait_for_state(conn, job.id, "undecodable")
     await client.shutdown()
     [record] = lines(caplog, f"job {job.id} (nobody_handles_this)")
+    assert "is undecodable (unknown_kind)" in record.getMessage()
     assert "UnknownJobKind: no task handles kind 'nobody_handles_this'" in record.getMessage()
 
 

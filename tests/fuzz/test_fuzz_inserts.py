@@ -89,6 +89,7 @@ insert_options = st.fixed_dictionaries(
         "tags": st.one_of(st.none(), st.lists(texts, max_size=22), st.just("tag")),
         "metadata": st.one_of(st.none(), objects),
         "unique_opts": unique_options,
+        "schema_version": st.one_of(st.none(), numbers),
     },
 )
 

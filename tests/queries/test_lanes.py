@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 import asyncpg
+import pytest
 
 import awa
 from awa import sql
@@ -21,6 +22,13 @@ from tests.support import eventually, flush_statistics
 Q = sql.query
 
 JOB = {"kind": "k", "queue": "q", "args": {}, "priority": 2, "max_attempts": 25}
+
+
+@pytest.fixture(autouse=True)
+async def _lanes_of_q(conn: asyncpg.Connection) -> None:
+    """Queue q's lanes, opened as a worker opens its queues' lanes when it
+    starts (the claim that opens a queue's lanes leaves their hints alone)."""
+    await conn.fetchval(Q("lanes_open"), ["q"])
 
 
 async def insert(conn: asyncpg.Connection, count: int = 1, **fields: Any) -> list[int]:
@@ -63,7 +71,9 @@ async def test_the_first_claim_of_a_queue_opens_its_four_lanes(conn):
     worker = await register_worker(conn)
     await insert(conn, 1, queue="new")
     assert [row["id"] for row in await claim(conn, ["new"], [1], worker)]
-    lanes = await conn.fetch("SELECT queue, priority FROM awa.lanes ORDER BY priority")
+    lanes = await conn.fetch(
+        "SELECT queue, priority FROM awa.lanes WHERE queue = 'new' ORDER BY priority"
+    )
     assert [(row["queue"], row["priority"]) for row in lanes] == [("new", p) for p in (1, 2, 3, 4)]
     # Opening them again makes none.
     assert await conn.fetchval(Q("lanes_open"), ["new", "other"]) == 4
@@ -235,7 +245,6 @@ async def test_the_sweep_starts_over_when_the_clock_went_back(conn):
 
 async def test_a_claim_that_rolled_back_leaves_its_jobs_to_a_later_claim(conn, database_url):
     worker = await register_worker(conn)
-    assert await conn.fetchval(Q("lanes_open"), ["q"]) == 4
     await insert(conn, 3)
     rolled_back, blocker = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
     try:
@@ -293,7 +302,6 @@ async def test_a_claim_building_on_a_newer_move_keeps_the_notes_it_did_not_cover
     the note: it did not reach the rest of the transaction's jobs, which the
     first's hint has passed. (One of two gaps migration 0015 closed.)"""
     worker = await register_worker(conn)
-    assert await conn.fetchval(Q("lanes_open"), ["q"]) == 4
     a1, a2, a3 = await insert(conn, 3)
     writer, first, second, holder = [await asyncpg.connect(database_url) for _ in range(4)]
     try:
@@ -336,7 +344,6 @@ async def test_a_claim_started_before_the_hint_covers_the_notes_it_drops(conn, d
     that transaction's jobs up to the hint, not only up to its own start:
     it drops the note. (The other gap migration 0015 closed.)"""
     worker = await register_worker(conn)
-    assert await conn.fetchval(Q("lanes_open"), ["q"]) == 4
     early, writer = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
     try:
         started_early = early.transaction()
@@ -531,3 +538,30 @@ async def test_with_priority_aging_every_job_is_claimed_once_without_the_sweep(c
             await conn.fetchval(Q("lanes_sweep"), (await lane(conn, priority))["id"], True, 10**6)
             is False
         )
+
+
+async def test_the_claim_that_opens_a_queues_lanes_leaves_their_hints_before_every_job(
+    conn, database_url
+):
+    """A transaction that starts after the first claim of a queue and keys a
+    job in the past cannot lower lanes that claim has not committed yet,
+    and the claim cannot note it (its id is newer): the claim must not move
+    the hints it just opened, or the job waits behind them for the sweep."""
+    worker = await register_worker(conn)
+    claimer = await asyncpg.connect(database_url)
+    inserter = await asyncpg.connect(database_url)
+    try:
+        claiming = claimer.transaction()
+        await claiming.start()
+        # A queue nobody opened: this claim opens its lanes.
+        assert await claim(claimer, ["fresh"], [10], worker) == []
+        inserting = inserter.transaction()
+        await inserting.start()
+        past = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)).isoformat()
+        [job_id] = await insert(inserter, run_at=past, queue="fresh")
+        await claiming.commit()
+        await inserting.commit()
+    finally:
+        await claimer.close()
+        await inserter.close()
+    assert [row["id"] for row in await claim(conn, ["fresh"], [10], worker)] == [job_id]

@@ -26,6 +26,7 @@ def add(
     now_us: int = 0,
     timeout_ms: Any = None,
     deadline_us: Any = None,
+    schema_version: Any = None,
 ) -> None:
     """Checks one job and appends it, its options in an object read by name
     (as :class:`awa.inserts.InsertOpts` is)."""
@@ -42,13 +43,15 @@ def add(
         unique=unique,
         timeout_ms=timeout_ms,
         deadline_us=deadline_us,
+        schema_version=schema_version,
     )
     rows.add_many([args], options, as_given, now_us=now_us, batch=batch)
 
 
-def as_given(args: Any, kind: Any, queue: Any) -> tuple[Any, Any, None, None]:
-    """A resolver that keeps the kind and queue given and checks nothing."""
-    return kind, queue, None, None
+def as_given(args: Any, kind: Any, queue: Any) -> tuple[Any, Any, None, None, None]:
+    """A resolver that keeps the kind and queue given, checks nothing and
+    knows no schema version."""
+    return kind, queue, None, None, None
 
 
 def json_rows(rows: _core.InsertRows) -> list[dict[str, Any]]:

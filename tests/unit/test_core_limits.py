@@ -126,6 +126,16 @@ def test_max_crashes_must_fit_a_smallint_budget() -> None:
     assert refusal(max_crashes=10_001).field == "max_crashes"
 
 
+def test_schema_versions_from_1_to_32767_are_accepted() -> None:
+    accepts(schema_version=1)
+    accepts(schema_version=32_767)
+
+
+@pytest.mark.parametrize("schema_version", [0, -1, 32_768, 2.0, "2"])
+def test_schema_version_outside_1_to_32767_or_not_an_int_is_refused(schema_version: object) -> None:
+    assert refusal(schema_version=schema_version).field == "schema_version"
+
+
 def test_a_bool_is_not_accepted_as_an_integer() -> None:
     error = refusal(priority=True)
     assert error.field == "priority"

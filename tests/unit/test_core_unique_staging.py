@@ -405,6 +405,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
             metadata={"trace": "t1"},
         ),
         unique=(True, True, None, 3),
+        schema_version=4,
     )
     plain, full = rows.rows()
     assert plain == {
@@ -421,6 +422,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "unique_states": None,
         "timeout_ms": None,
         "deadline_us": None,
+        "schema_version": None,
     }
     assert full == {
         "kind": "resize",
@@ -436,4 +438,5 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "unique_states": 3,
         "timeout_ms": None,
         "deadline_us": None,
+        "schema_version": 4,
     }

@@ -17,10 +17,13 @@ CREATE TYPE awa.job_state AS ENUM (
     'waiting_external',
     'completed',
     'failed',
-    'cancelled'
+    'cancelled',
+    'undecodable'
 );
 
--- One bit per state, for `unique_states` (see jobs_unique_idx).
+-- One bit per state, for `unique_states` (see awa.take_unique_key). An
+-- undecodable job waits to be made available again, so it holds its key as
+-- an available one does (migration 0020).
 CREATE FUNCTION awa.job_state_bit(state awa.job_state) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
@@ -33,6 +36,7 @@ AS $$
         WHEN 'completed' THEN 32
         WHEN 'failed' THEN 64
         WHEN 'cancelled' THEN 128
+        WHEN 'undecodable' THEN 2
     END)::smallint
 $$;
 
@@ -77,7 +81,9 @@ CREATE TABLE awa.jobs (
     failure_reason text,
     timeout_ms   integer,
     deadline_at  timestamptz,
-    rate_class   text,  -- a rate class's shared token budget (migration 0020)
+    -- The version its arguments were written at (NULL: 1; migration 0020).
+    schema_version smallint,
+    rate_class   text,  -- a rate class's shared token budget (migration 0021)
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -93,8 +99,11 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_unique_complete CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_failure_reason_known CHECK (failure_reason IN (
         'max_attempts_exhausted', 'terminal_error', 'callback_timeout',
-        'deadline_exceeded', 'crash_loop')),
+        'deadline_exceeded', 'crash_loop',
+        -- why an undecodable job could not be decoded (migration 0020)
+        'unknown_kind', 'unknown_schema_version', 'upcast_failed', 'args_invalid')),
     CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0),
+    CONSTRAINT jobs_schema_version_positive CHECK (schema_version >= 1),
     CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
@@ -126,7 +135,8 @@ CREATE INDEX jobs_deadline_idx ON awa.jobs (deadline_at)
 
 -- The dead-letter queue: failed jobs, all of which have a failure_reason
 -- (a job redriven or moved on by hand may keep its own: queries also test
--- the state).
+-- the state). Undecodable jobs have one too, so retry_undecodable finds
+-- them here.
 CREATE INDEX jobs_dead_letter_idx ON awa.jobs (id)
     WHERE failure_reason IS NOT NULL;
 
@@ -361,7 +371,7 @@ CREATE TABLE awa.queue_settings (
     CONSTRAINT queue_settings_rate_complete CHECK ((rate_per_s IS NULL) = (rate_burst IS NULL))
 );
 
--- Rate classes (migration 0020): token budgets shared across queues,
+-- Rate classes (migration 0021): token budgets shared across queues,
 -- spent by awa.claim_v2.
 CREATE TABLE awa.rate_classes (
     name       text PRIMARY KEY
@@ -435,7 +445,8 @@ CREATE TYPE awa.job_input AS (
     unique_key    bytea,
     unique_states smallint,
     timeout_ms    integer,
-    deadline_at   timestamptz
+    deadline_at   timestamptz,
+    schema_version smallint
 );
 
 -- Each queue at each priority: a lane. Rows are never updated.
@@ -601,7 +612,7 @@ CREATE TRIGGER jobs_follow_on_update
 -- claims hold, each lane from its hint, and moves the hints. A queue's
 -- global_max_running and rate limit cap its count (its settings row locked
 -- until commit; see migration 0019), and a job's rate class stops a lane's
--- claim at the first job whose class has no token left (migration 0020);
+-- claim at the first job whose class has no token left (migration 0021);
 -- a queue a limit held back gets a row that is not a job (id NULL,
 -- attempt_deadline_at: when to look again). Starting an attempt bumps attempt and run_lease (above any
 -- lease handed out before the server last started: awa.run_lease_floor)
@@ -630,7 +641,7 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                max_crashes smallint, run_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
                metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
-               attempt_deadline_at timestamptz)
+               attempt_deadline_at timestamptz, schema_version smallint)
 LANGUAGE plpgsql
 -- One plan per statement, made once per session: planning each statement
 -- again for every claim (the choice plpgsql makes by itself here) was a
@@ -700,6 +711,7 @@ DECLARE
     class_at timestamptz[] := '{}';
     class_cut boolean;
     look_again_at timestamptz;
+    opened boolean;
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -767,6 +779,7 @@ BEGIN
             END IF;
         END IF;
         queue_aging := aging_s[q];
+        opened := false;
         FOR pass IN 1 .. 2 LOOP
             lanes_seen := false;
             -- With priority aging, a claim goes level by level: each round
@@ -1012,8 +1025,14 @@ BEGIN
                                   jobs.max_crashes, jobs.run_at, jobs.created_at,
                                   jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
                                   jobs.metadata, jobs.errors, jobs.callback_id,
-                                  jobs.callback_timeout_at, jobs.attempt_deadline_at;
+                                  jobs.callback_timeout_at, jobs.attempt_deadline_at,
+                                  jobs.schema_version;
                     END IF;
+                    -- A claim that opened the lanes leaves their hints before
+                    -- every job: a transaction that started after this one
+                    -- and keyed jobs in the past could not lower lanes it did
+                    -- not see, and is not among those this claim notes.
+                    CONTINUE WHEN opened;
                     -- Move the hint, if no other mover holds the lane ('awln':
                     -- awa lanes; never wait) and within 5 s of the statement's
                     -- start. The notes read that ended go (scanned for now);
@@ -1103,6 +1122,7 @@ BEGIN
             EXIT WHEN lanes_seen;
             -- A queue without lanes (the worker opens its own as it starts).
             PERFORM awa.open_lanes_v1(claim_queues[q]);
+            opened := true;
         END LOOP;
         IF queue_limited THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
@@ -1134,7 +1154,7 @@ BEGIN
                                 NULL::smallint, NULL::smallint, NULL::timestamptz,
                                 NULL::timestamptz, now(), NULL::timestamptz, NULL::jsonb,
                                 NULL::text[], NULL::jsonb, NULL::jsonb, NULL::uuid,
-                                NULL::timestamptz, look_again_at;
+                                NULL::timestamptz, look_again_at, NULL::smallint;
         END IF;
     END LOOP;
     IF cardinality(class_names) > 0 THEN
@@ -1147,7 +1167,7 @@ BEGIN
 END
 $$;
 
--- What workers before migration 0020 call: awa.claim_v2 without the rows
+-- What workers before migration 0021 call: awa.claim_v2 without the rows
 -- that are not jobs (a queue a limit held back), which they do not know.
 CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
                              timeout_kinds text[], kind_timeouts float8[],
@@ -1160,8 +1180,12 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                attempt_deadline_at timestamptz)
 LANGUAGE sql
 AS $$
-    SELECT * FROM awa.claim_v2(claim_queues, claim_counts, claim_worker, timeout_kinds,
-                               kind_timeouts, queue_timeouts) AS c
+    SELECT c.id, c.run_lease, c.kind, c.queue, c.state, c.priority, c.attempt, c.max_attempts,
+           c.crashes, c.max_crashes, c.run_at, c.created_at, c.attempted_at, c.finalized_at,
+           c.args, c.tags, c.metadata, c.errors, c.callback_id, c.callback_timeout_at,
+           c.attempt_deadline_at
+    FROM awa.claim_v2(claim_queues, claim_counts, claim_worker, timeout_kinds,
+                      kind_timeouts, queue_timeouts) AS c
     WHERE c.id IS NOT NULL
 $$;
 

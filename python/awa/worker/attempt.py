@@ -20,6 +20,7 @@ from awa.outcomes import CallbackToken, callback_uuid
 
 if TYPE_CHECKING:
     from awa.db import Database
+    from awa.envelope import Decoded
     from awa.followups import FollowUpStage
     from awa.worker.control import JobControl
 
@@ -47,10 +48,16 @@ class RunningJob(Job[T_co]):
         stage: FollowUpStage | None,
         db: Database | None,
         control: JobControl | None,
+        decoded: Decoded | None = None,
     ) -> RunningJob[Any]:
-        """The attempt a claim returned ``row`` for."""
+        """The attempt a claim returned ``row`` for; with its arguments
+        already ``decoded`` (and upcast) when the worker decoded them."""
         job: RunningJob[Any] = writable(cls)
-        fill(job, row, decode_args, True)
+        if decoded is None:
+            fill(job, row, decode_args, True)
+        else:
+            fill(job, row, decode_args, True, decoded.upcast)
+            job._args = decoded.value
         job._stage = stage
         job._db = db
         job._control = control

@@ -11,6 +11,12 @@ the handler returns or raises, :mod:`awa.worker.outcome` turns that into an
 (``completer.record(job, outcome)``); the slot is freed and the producer
 told. Nothing here waits on the database.
 
+Before a handler starts, its job's arguments are decoded (upcast first
+when they were written at an older schema version, see
+:mod:`awa.envelope`). A job that cannot be decoded never starts: it is
+parked ``undecodable`` (``jobs_park_undecodable``, its attempt given back),
+with no event and no follow-up, and its slot is freed.
+
 Failure handling: a handler cancelled by shutdown records nothing; the
 worker releases its job, as it does every prefetched job that never started
 (none starts once shutdown begins). Anything else a handler does, including raising
@@ -28,16 +34,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import pydantic
-
 from awa import _core
 from awa.db import Database
-from awa.errors import ArgsNotDecodable, AttemptTimeout, UnknownJobKind
+from awa.envelope import Undecodable, decode_claimed
+from awa.errors import AttemptTimeout
 from awa.followups import FollowUpStage
 from awa.hooks import STARTED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
-from awa.tasks import Task, args_problems, args_type_name
+from awa.tasks import Task
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
@@ -109,9 +114,22 @@ class Executor:
             task = asyncio.create_task(self._hold(job), name=f"awa-hold-{job.id}")
             self._running[job.id] = (task, job)
             return
+        try:
+            decoded = decode_claimed(
+                task_def, row["kind"], row["args"], row["schema_version"],
+                self._registry.by_kind,
+            )  # fmt: skip
+        except Undecodable as undecodable:
+            job = RunningJob.claimed(row, None, None, self._db, control)
+            task = asyncio.create_task(
+                self._park(job, undecodable), name=f"awa-undecodable-{job.id}"
+            )
+            self._running[job.id] = (task, job)
+            return
+        assert task_def is not None  # decode_claimed refuses a job without a task
         stage = FollowUpStage(self._registry)
-        job = RunningJob.claimed(row, decode, stage, self._db, control)
-        if task_def is not None and task_def.interrupt_on_cancel and task_def.is_async:
+        job = RunningJob.claimed(row, decode, stage, self._db, control, decoded)
+        if task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
         budget_s = _attempt_budget(row, job, task_def, waited_s)
         task = asyncio.create_task(
@@ -122,7 +140,8 @@ class Executor:
         hooks = self._lifecycle.hooks
         if hooks.wants(job.kind):
             # A job of its own: the handler's may be changed by the handler.
-            hooks.emit(Transition(STARTED, Job.from_record(row, decode)))
+            started = Job.from_record(row, decode, upcast=decoded.upcast)
+            hooks.emit(Transition(STARTED, started))
 
     def describe(self, job_id: int) -> str | None:
         """``kind (handler)`` of a job running here, for logs."""
@@ -146,6 +165,23 @@ class Executor:
             log.warning("job %d (%s) is held: its fingerprint is quarantined", job.id, job.kind)
         except Exception as error:  # noqa: BLE001 - the reconciler gives it back if this failed
             log.error("holding quarantined job %d failed (%s)", job.id, error)
+        finally:
+            self._running.pop(job.id, None)
+            self._free_slot(job.id, handler_s=None)
+
+    async def _park(self, job: RunningJob[Any], undecodable: Undecodable) -> None:
+        """The job's arguments cannot be decoded here: give it back unrun,
+        parked as undecodable with its attempt given back, until
+        ``retry_undecodable``."""
+        try:
+            parked = await self._db.fetchval(
+                "jobs_park_undecodable", job.id, job.run_lease, undecodable.reason.value,
+                _core.encode_json(undecodable.entry(job.attempt)),
+            )  # fmt: skip
+            if parked is not None:
+                self._reporter.undecodable(job, undecodable)
+        except Exception as error:  # noqa: BLE001 - the reconciler gives it back if this failed
+            log.error("parking undecodable job %d failed (%s)", job.id, error)
         finally:
             self._running.pop(job.id, None)
             self._free_slot(job.id, handler_s=None)
@@ -177,7 +213,7 @@ class Executor:
         self,
         job: RunningJob[Any],
         stage: FollowUpStage,
-        task_def: Task | None,
+        task_def: Task,
         budget_s: float | None,
     ) -> None:
         started = time.monotonic()
@@ -208,21 +244,8 @@ class Executor:
         self._finish(job, handler_s=time.monotonic() - started)
 
     async def _call_handler(
-        self, job: RunningJob[Any], task_def: Task | None, budget_s: float | None
+        self, job: RunningJob[Any], task_def: Task, budget_s: float | None
     ) -> Any:
-        if task_def is None:
-            raise UnknownJobKind(
-                f"no task handles kind {job.kind!r} in this worker "
-                f"(known: {sorted(self._registry.by_kind)})"
-            )
-        try:
-            job.args  # noqa: B018 - decode now: bad arguments fail the job, not the handler
-        except pydantic.ValidationError as error:
-            where, message = args_problems(error)[0]
-            raise ArgsNotDecodable(
-                f"the stored arguments do not validate as {args_type_name(task_def.args_type)}: "
-                f"{error.error_count()} error(s): {where}: {message}"
-            ) from None
         if task_def.is_async:
             if budget_s is None:
                 return await task_def.handler(job)

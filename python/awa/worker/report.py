@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from awa.envelope import Undecodable
     from awa.worker.attempt import RunningJob
     from awa.worker.outcome import Outcome
 
@@ -104,27 +105,49 @@ class Reporter:
                 extra=job_fields(job),
             )  # fmt: skip
 
-    def _failed(self, job: RunningJob[Any], outcome: Outcome) -> None:
+    def undecodable(self, job: RunningJob[Any], verdict: Undecodable) -> None:
+        """A claimed job was parked undecodable (a failure line: it counts
+        against its kind's window, so a release mismatch over many jobs
+        cannot flood the log)."""
+        note = self._window_note(job.kind)
+        if note is None:
+            return
+        log.warning(
+            "job %d (%s) is undecodable (%s), parked until retry_undecodable: %s%s",
+            job.id, job.kind, verdict.reason.value, verdict.text, note,
+            extra={**job_fields(job), "error_type": verdict.error_type},
+        )  # fmt: skip
+
+    def _window_note(self, kind: str) -> str | None:
+        """Counts a failure line of ``kind`` in its window: ``None`` when the
+        window's lines are spent (the line is only counted), else the note
+        the line carries (empty, or saying what is or was suppressed)."""
         now = self._clock()
-        window = self._windows.get(job.kind)
+        window = self._windows.get(kind)
         earlier = 0
         if window is None or now - window.opened_at >= FAILURE_WINDOW_S:
             earlier = window.suppressed if window is not None else 0
-            window = self._windows[job.kind] = _KindWindow(now)
+            window = self._windows[kind] = _KindWindow(now)
         if window.logged >= FAILURE_LINES_PER_WINDOW:
             window.suppressed += 1
-            return
+            return None
         window.logged += 1
+        note = ""
+        if window.logged == FAILURE_LINES_PER_WINDOW:
+            note = f" (further {kind} failures in the next {FAILURE_WINDOW_S:g}s only counted)"
+        if earlier:
+            note += f" ({earlier} more {kind} failures were not logged)"
+        return note
+
+    def _failed(self, job: RunningJob[Any], outcome: Outcome) -> None:
+        note = self._window_note(job.kind)
+        if note is None:
+            return
         final = outcome.code == "failed_terminal" or job.attempt >= job.max_attempts
         then = "no retries left" if final else "will retry"
         if outcome.code == "failed_terminal":
             then = "failed for good"
-        note = ""
-        if window.logged == FAILURE_LINES_PER_WINDOW:
-            note = f" (further {job.kind} failures in the next {FAILURE_WINDOW_S:g}s only counted)"
-        if earlier:
-            note += f" ({earlier} more {job.kind} failures were not logged)"
-        first = window.logged == 1 and outcome.traceback
+        first = self._windows[job.kind].logged == 1 and outcome.traceback
         log.log(
             logging.ERROR if final else logging.WARNING,
             "job %d (%s) attempt %d/%d failed, %s: %s%s%s",

@@ -1,9 +1,10 @@
 -- Every query that returns jobs returns the same columns, in this order:
 -- id, run_lease, kind, queue, state, priority, attempt, max_attempts,
 -- crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
--- args, tags, metadata, errors, callback_id, callback_timeout_at (see
--- awa/job.py). Times are stored as
--- timestamptz and `now()` is always the database's clock.
+-- args, tags, metadata, errors, callback_id, callback_timeout_at,
+-- schema_version (see awa/job.py; jobs_claim returns attempt_deadline_at
+-- before it). Times are stored as timestamptz and `now()` is always the
+-- database's clock.
 
 -- name: jobs_insert
 -- Inserts the client's jobs ($1: a JSON array of awa.job_input objects,
@@ -23,7 +24,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     -- In key order, so two inserts never wait on each other crosswise.
@@ -35,18 +36,18 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at)
+                          timeout_ms, deadline_at, schema_version)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors, callback_id, callback_timeout_at
+              args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 ), lowered AS (
     SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
     FROM inserted JOIN input USING (id)
@@ -73,7 +74,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -84,12 +85,12 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at)
+                          timeout_ms, deadline_at, schema_version)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
@@ -137,7 +138,7 @@ SELECT count(pg_notify('awa_available', queue)) AS notified FROM unnest($1::text
 -- Jobs by id, in id order.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id = ANY($1::bigint[])
 ORDER BY id;
@@ -150,7 +151,7 @@ ORDER BY id;
 -- caller keeps its own.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id BETWEEN $1 AND $2
 ORDER BY id;
@@ -162,7 +163,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at
+       errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE id = $1;
 
@@ -173,7 +174,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at
+       errors, callback_id, callback_timeout_at, schema_version
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -213,9 +214,10 @@ SELECT set_config('enable_seqscan', 'off', false);
 -- urgent first, each lane from its hint, and starts their attempts
 -- (awa.claim_v2: $1 queues, $2 counts, $3 the worker, $4/$5 attempt
 -- timeouts by kind, $6 by queue, aligned with $1; NULL: none). Records the
--- jobs taken in awa.claims. Returns the job's columns and then
--- attempt_deadline_at; and a row with a NULL id for each queue a limit
--- held back (its attempt_deadline_at: when to look again).
+-- jobs taken in awa.claims. Returns the job's columns, then
+-- attempt_deadline_at and schema_version; and a row with a NULL id for
+-- each queue a limit held back (its attempt_deadline_at: when to look
+-- again).
 WITH claimed AS MATERIALIZED (
     SELECT * FROM awa.claim_v2($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[])
@@ -255,7 +257,7 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
           jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version;
 
 -- name: jobs_finish_batch
 -- Applies a batch of attempt outcomes, one array per column. Each row is
@@ -388,7 +390,8 @@ WITH parked AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, parked.attempt AS parked_attempt
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+              parked.attempt AS parked_attempt
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM resolved WHERE state = 'available'
 ), told AS (
@@ -432,7 +435,7 @@ RETURNING id;
 -- and the callback's result if one was stored.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at,
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
        metadata -> 'callback_result' AS callback_result
 FROM awa.jobs
 WHERE id = $1;
@@ -468,7 +471,7 @@ WITH target AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version
 ), told AS (
     SELECT pg_notify('awa_control', 'resume:' || id) FROM resumed
 )
@@ -483,7 +486,7 @@ SET callback_timeout_at = now() + $2::float8 * interval '1 second'
 WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
 RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
           crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-          args, tags, metadata, errors, callback_id, callback_timeout_at;
+          args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version;
 
 -- name: jobs_callbacks_expired
 -- Parked jobs whose callback deadline has passed, oldest deadline first.
@@ -495,14 +498,15 @@ LIMIT $1;
 
 -- name: jobs_deadlines_passed
 -- Unfinished jobs not running whose overall deadline has passed: they
--- fail with deadline_exceeded (no retry: the deadline is the job's). Only
+-- fail with deadline_exceeded (no retry: the deadline is the job's; an
+-- undecodable one could not be claimed once made available again). Only
 -- deadlines from $2 on (the pass's floor, see jobs_deadline_floor): the
 -- index also holds finished jobs, which keep their deadline.
 WITH expired AS (
     SELECT id, attempt FROM awa.jobs
     WHERE deadline_at <= now()
       AND deadline_at >= $2::timestamptz
-      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
+      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external', 'undecodable')
     ORDER BY deadline_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -611,6 +615,7 @@ WITH target AS (
     SET state = 'cancelled',
         finalized_at = now(),
         worker_id = NULL,
+        failure_reason = NULL,  -- an undecodable job's reason
         callback_id = NULL,
         callback_timeout_at = NULL,
         callback_config = NULL,
@@ -630,7 +635,8 @@ WITH target AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, target.previous_state
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+              target.previous_state
 ), told AS (
     SELECT pg_notify('awa_control', 'cancel:' || id)
     FROM cancelled
@@ -652,7 +658,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $6::boolean THEN args END AS args, tags,
        CASE WHEN $6::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, failure_reason
+       errors, callback_id, callback_timeout_at, schema_version, failure_reason
 FROM awa.jobs
 WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
   AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
@@ -803,6 +809,48 @@ SET state = 'scheduled', run_at = 'infinity', attempt = attempt - 1, worker_id =
 WHERE id = $1 AND run_lease = $2 AND state::text = 'running'
 RETURNING id;
 
+-- name: jobs_park_undecodable
+-- A worker claimed a job whose arguments it cannot decode ($3, why: an
+-- undecodable reason; $4, the error entry, a JSON object): it goes back
+-- unrun, parked as undecodable with its attempt given back, until
+-- retry_undecodable makes it available again. Guarded like every attempt
+-- write.
+UPDATE awa.jobs AS jobs
+SET state = 'undecodable', attempt = jobs.attempt - 1, worker_id = NULL,
+    attempt_deadline_at = NULL, failure_reason = $3::text,
+    errors = coalesce(jobs.errors, '[]'::jsonb)
+             || jsonb_build_array($4::jsonb || jsonb_build_object(
+                    'at', now(), 'started_at', jobs.attempted_at,
+                    'worker_id', jobs.worker_id))
+WHERE jobs.id = $1 AND jobs.run_lease = $2 AND jobs.state::text = 'running'
+RETURNING jobs.id;
+
+-- name: jobs_retry_undecodable
+-- Sends up to $4 undecodable jobs matching ids ($1), queue ($2) and kind
+-- ($3) where given back to work: available now, their reason forgotten
+-- (their error entries stay). Their attempts were given back when they were
+-- parked, and they kept their unique keys. Returns how many, and wakes
+-- their queues.
+WITH target AS (
+    SELECT id FROM awa.jobs
+    WHERE failure_reason IS NOT NULL AND state = 'undecodable'  -- jobs_dead_letter_idx
+      AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
+      AND ($2::text IS NULL OR queue = $2)
+      AND ($3::text IS NULL OR kind = $3)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE awa.jobs AS jobs
+    SET state = 'available', run_at = now(), failure_reason = NULL, worker_id = NULL
+    FROM target
+    WHERE jobs.id = target.id
+    RETURNING jobs.queue
+), notified AS (
+    SELECT pg_notify('awa_available', queue) FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT (SELECT count(*) FROM retried) AS retried, (SELECT count(*) FROM notified) AS notified;
+
 -- name: jobs_release
 -- Gives running jobs back at shutdown: available at once, the interrupted
 -- attempt not counted. Guarded like every attempt write.
@@ -898,7 +946,7 @@ WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
 -- how many due jobs of its
 -- queue a claim takes first (at most 10 000 counted). No row: no job.
 SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
-       j.callback_timeout_at, now() AS now,
+       j.callback_timeout_at, j.failure_reason, now() AS now,
        coalesce(s.paused, false) AS paused, s.paused_by,
        s.global_max_running,
        (SELECT coalesce(array_agg(h.id ORDER BY h.id), '{}') FROM awa.jobs AS h

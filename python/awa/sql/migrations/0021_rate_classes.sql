@@ -1,4 +1,4 @@
--- awa schema, version 20: rate classes, one token budget shared by every
+-- awa schema, version 21: rate classes, one token budget shared by every
 -- job that names it, whatever its queue (client.configure_rate_class; a
 -- job's rate_class comes from its insert or its task).
 --
@@ -8,7 +8,8 @@
 -- claim that spends it, never waited for: a claim that finds it held
 -- counts it as spent for now. A class nobody configured limits nothing.
 --
--- The claim is awa.claim_v2 now: besides the jobs, it returns one row per
+-- The claim is awa.claim_v2 now: it returns each job's schema_version, and
+-- besides the jobs, one row per
 -- queue a limit held back (id NULL, attempt_deadline_at: when to look
 -- again), so a worker looks again when a slot or a token may be there
 -- rather than at its next poll. awa.claim_v1 stays, for workers started
@@ -25,6 +26,10 @@ CREATE TABLE awa.rate_classes (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- The claim returns each job's schema version itself now (from the row it
+-- updates), so the function that read them after it goes.
+DROP FUNCTION awa.job_schema_versions_v1(bigint[]);
+
 ALTER TABLE awa.jobs ADD COLUMN rate_class text
     CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$');
 
@@ -36,7 +41,7 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                max_crashes smallint, run_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
                metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
-               attempt_deadline_at timestamptz)
+               attempt_deadline_at timestamptz, schema_version smallint)
 LANGUAGE plpgsql
 -- One plan per statement, made once per session: planning each statement
 -- again for every claim (the choice plpgsql makes by itself here) was a
@@ -106,6 +111,7 @@ DECLARE
     class_at timestamptz[] := '{}';
     class_cut boolean;
     look_again_at timestamptz;
+    opened boolean;
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -173,6 +179,7 @@ BEGIN
             END IF;
         END IF;
         queue_aging := aging_s[q];
+        opened := false;
         FOR pass IN 1 .. 2 LOOP
             lanes_seen := false;
             -- With priority aging, a claim goes level by level: each round
@@ -418,8 +425,14 @@ BEGIN
                                   jobs.max_crashes, jobs.run_at, jobs.created_at,
                                   jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
                                   jobs.metadata, jobs.errors, jobs.callback_id,
-                                  jobs.callback_timeout_at, jobs.attempt_deadline_at;
+                                  jobs.callback_timeout_at, jobs.attempt_deadline_at,
+                                  jobs.schema_version;
                     END IF;
+                    -- A claim that opened the lanes leaves their hints before
+                    -- every job: a transaction that started after this one
+                    -- and keyed jobs in the past could not lower lanes it did
+                    -- not see, and is not among those this claim notes.
+                    CONTINUE WHEN opened;
                     -- Move the hint, if no other mover holds the lane ('awln':
                     -- awa lanes; never wait) and within 5 s of the statement's
                     -- start. The notes read that ended go (scanned for now);
@@ -509,6 +522,7 @@ BEGIN
             EXIT WHEN lanes_seen;
             -- A queue without lanes (the worker opens its own as it starts).
             PERFORM awa.open_lanes_v1(claim_queues[q]);
+            opened := true;
         END LOOP;
         IF queue_limited THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
@@ -540,7 +554,7 @@ BEGIN
                                 NULL::smallint, NULL::smallint, NULL::timestamptz,
                                 NULL::timestamptz, now(), NULL::timestamptz, NULL::jsonb,
                                 NULL::text[], NULL::jsonb, NULL::jsonb, NULL::uuid,
-                                NULL::timestamptz, look_again_at;
+                                NULL::timestamptz, look_again_at, NULL::smallint;
         END IF;
     END LOOP;
     IF cardinality(class_names) > 0 THEN
@@ -554,7 +568,7 @@ END
 $$;
 
 DROP FUNCTION awa.claim_v1(text[], integer[], bigint, text[], float8[], float8[]);
--- What workers before migration 0020 call: awa.claim_v2 without the rows
+-- What workers before migration 0021 call: awa.claim_v2 without the rows
 -- that are not jobs (a queue a limit held back), which they do not know.
 CREATE FUNCTION awa.claim_v1(claim_queues text[], claim_counts integer[], claim_worker bigint,
                              timeout_kinds text[], kind_timeouts float8[],
@@ -567,7 +581,11 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                attempt_deadline_at timestamptz)
 LANGUAGE sql
 AS $$
-    SELECT * FROM awa.claim_v2(claim_queues, claim_counts, claim_worker, timeout_kinds,
-                               kind_timeouts, queue_timeouts) AS c
+    SELECT c.id, c.run_lease, c.kind, c.queue, c.state, c.priority, c.attempt, c.max_attempts,
+           c.crashes, c.max_crashes, c.run_at, c.created_at, c.attempted_at, c.finalized_at,
+           c.args, c.tags, c.metadata, c.errors, c.callback_id, c.callback_timeout_at,
+           c.attempt_deadline_at
+    FROM awa.claim_v2(claim_queues, claim_counts, claim_worker, timeout_kinds,
+                      kind_timeouts, queue_timeouts) AS c
     WHERE c.id IS NOT NULL
 $$;
