@@ -246,6 +246,7 @@ async def test_an_upcaster_that_raises_or_arguments_that_fail_after_upcasting_ar
     invalid_id = await insert_raw(database_url, {"first": "Ada"}, 2)
     results = {result.job.id: result for result in await AwaTestClient(client).drain()}
     assert {results[raised_id].outcome, results[invalid_id].outcome} == {"undecodable"}
+    assert (results[raised_id].error or "").startswith("ArgsNotDecodable: the upcaster")
     raised_row = await job_row(conn, raised_id)
     assert raised_row["failure_reason"] == "upcast_failed"
     assert "the upcaster from schema version 1 to 2 raised KeyError" in raised_row["errors"]
