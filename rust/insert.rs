@@ -37,6 +37,8 @@ pub struct JobInput {
     pub deadline_us: Option<i64>,
     /// The schema version its arguments were written at; `None`: 1.
     pub schema_version: Option<i64>,
+    /// The rate class whose shared tokens its claim spends; `None`: none.
+    pub rate_class: Option<String>,
 }
 
 /// A job's unique key and the states in which an existing job conflicts.
@@ -66,6 +68,7 @@ pub struct NewJob {
     /// `None` for version 1 (the database reads NULL as 1), so jobs of tasks
     /// that never declare a version are written as before.
     pub schema_version: Option<i16>,
+    pub rate_class: Option<String>,
 }
 
 impl NewJob {
@@ -92,6 +95,9 @@ impl NewJob {
             .map(payload::check_schema_version)
             .transpose()?
             .filter(|&version| version > 1);
+        if let Some(class) = &input.rate_class {
+            payload::check_rate_class(class)?;
+        }
         let tags = match input.tags {
             None => None,
             Some(tags) => {
@@ -129,6 +135,7 @@ impl NewJob {
             timeout_ms,
             deadline_us,
             schema_version,
+            rate_class: input.rate_class,
         })
     }
 
@@ -209,6 +216,10 @@ impl NewJob {
         if let Some(version) = self.schema_version {
             key(writer, "schema_version", false);
             writer.i64(version.into());
+        }
+        if let Some(class) = &self.rate_class {
+            key(writer, "rate_class", false);
+            write_lossy_string(writer, class);
         }
         writer.end_object();
     }
@@ -384,6 +395,9 @@ impl InsertBatch {
         if self.has_schema_versions() {
             columns.push("schema_version");
         }
+        if self.has_rate_classes() {
+            columns.push("rate_class");
+        }
         columns
     }
 
@@ -398,13 +412,14 @@ impl InsertBatch {
         }
         let with_limits = self.has_limits();
         let with_versions = self.has_schema_versions();
+        let with_classes = self.has_rate_classes();
         let mut out = String::with_capacity(self.jobs.len() * 96);
         for (row, job) in self.jobs.iter().enumerate() {
             if let Some(ids) = ids {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            copy_row(&mut out, job, now_us, with_limits, with_versions);
+            copy_row(&mut out, job, now_us, with_limits, with_versions, with_classes);
         }
         Ok(out)
     }
@@ -420,9 +435,21 @@ impl InsertBatch {
     fn has_schema_versions(&self) -> bool {
         self.jobs.iter().any(|job| job.schema_version.is_some())
     }
+
+    /// Whether any job has a rate class (COPY then sends the column).
+    fn has_rate_classes(&self) -> bool {
+        self.jobs.iter().any(|job| job.rate_class.is_some())
+    }
 }
 
-fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool, with_versions: bool) {
+fn copy_row(
+    out: &mut String,
+    job: &NewJob,
+    now_us: i64,
+    with_limits: bool,
+    with_versions: bool,
+    with_classes: bool,
+) {
     let state = if job.is_available(now_us) {
         "available"
     } else {
@@ -459,6 +486,10 @@ fn copy_row(out: &mut String, job: &NewJob, now_us: i64, with_limits: bool, with
     if with_versions {
         out.push('\t');
         optional_copy_value(out, job.schema_version.map(|version| version.to_string()));
+    }
+    if with_classes {
+        out.push('\t');
+        optional_copy_field(out, job.rate_class.as_deref());
     }
     out.push('\n');
 }
@@ -529,6 +560,7 @@ mod tests {
             timeout_ms: None,
             deadline_us: None,
             schema_version: None,
+            rate_class: None,
         }
     }
 

@@ -53,13 +53,22 @@ pub const MAX_QUEUE_CHARS: usize = 64;
 /// A queue name: 1–64 characters of `A-Z a-z 0-9 . _ -`, starting with a
 /// letter or digit (`^[A-Za-z0-9][A-Za-z0-9._-]*$`, spec 002).
 pub fn check_queue(value: &str) -> Result<(), Invalid> {
+    check_grammar_name("queue", "a queue name", value)
+}
+
+/// A rate class name follows the queue-name grammar.
+pub fn check_rate_class(value: &str) -> Result<(), Invalid> {
+    check_grammar_name("rate_class", "a rate class name", value)
+}
+
+fn check_grammar_name(field: &str, what: &str, value: &str) -> Result<(), Invalid> {
     let chars = value.chars().count();
     if chars == 0 {
-        return Err(Invalid::new("queue", "must not be empty"));
+        return Err(Invalid::new(field, "must not be empty"));
     }
     if chars > MAX_QUEUE_CHARS {
         return Err(Invalid::new(
-            "queue",
+            field,
             format!("must be at most {MAX_QUEUE_CHARS} characters (got {chars})"),
         ));
     }
@@ -69,9 +78,9 @@ pub fn check_queue(value: &str) -> Result<(), Invalid> {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if !(starts_well && rest_ok) {
         return Err(Invalid::new(
-            "queue",
+            field,
             format!(
-                "{value:?} is not a queue name: use letters, digits, '.', '_' and '-', \
+                "{value:?} is not {what}: use letters, digits, '.', '_' and '-', \
                  starting with a letter or digit"
             ),
         ));

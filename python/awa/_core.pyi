@@ -30,6 +30,7 @@ __all__ = [
     "InsertRows",
     "backoff_seconds",
     "check_queue_name",
+    "check_rate_class_name",
     "decode_json",
     "derive_kind",
     "encode_json",
@@ -111,13 +112,15 @@ class _InsertOptions(Protocol):
     timeout_ms: int | None
     deadline_us: int | None
     schema_version: object
+    rate_class: object
 
 _Resolver: TypeAlias = Callable[
     [object, object, object],
-    tuple[object, object, int | None, Callable[[object], object] | None, int | None],
+    tuple[object, object, int | None, Callable[[object], object] | None, int | None, str | None],
 ]
-"""``(args, kind, queue) -> (kind, queue, queue_max_crashes, check, schema_version)``:
-the registry's answer for one argument type with one kind and queue option."""
+"""``(args, kind, queue) -> (kind, queue, queue_max_crashes, check, schema_version,
+rate_class)``: the registry's answer for one argument type with one kind and
+queue option."""
 
 class _StagedRow(TypedDict):
     """One row of :meth:`InsertRows.rows`."""
@@ -136,11 +139,16 @@ class _StagedRow(TypedDict):
     timeout_ms: int | None
     deadline_us: int | None
     schema_version: int | None
+    rate_class: str | None
 
 def check_queue_name(name: str) -> None:
     """Raises ``ValueError`` (saying which rule ``name`` breaks) unless it is
     a queue name: 1-64 characters of letters, digits, ``.``, ``_`` and ``-``,
     starting with a letter or digit."""
+
+def check_rate_class_name(name: str) -> None:
+    """Raises ``ValueError`` (saying which rule ``name`` breaks) unless it is
+    a rate class name (the queue-name grammar)."""
 
 def derive_kind(class_name: str) -> str:
     """Returns the job kind for an argument class name, in snake case.
@@ -304,7 +312,7 @@ class InsertRows:
         ``awa.job_input`` type (``kind``, ``queue``, ``args``, ``priority``,
         ``max_attempts``, ``max_crashes``, ``run_at``, ``tags``,
         ``metadata``, ``unique_key``, ``unique_states``, ``timeout_ms``,
-        ``deadline_at``, ``schema_version``), absent values left out,
+        ``deadline_at``, ``schema_version``, ``rate_class``), absent values left out,
         moments as UTC timestamp text (``2026-11-30 16:33:51.123456+00``,
         which PostgreSQL reads exactly), the unique key as bytea text (``\\x…``): the one parameter
         of ``jobs_insert`` and ``jobs_insert_follow_ups``."""

@@ -167,6 +167,7 @@ class AsyncClient:
         timeout: float | datetime.timedelta | None = None,
         schema_version: int = 1,
         upcasters: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        rate_class: str | None = None,
     ) -> Callable[[Callable[[RunningJob[T]], R]], Callable[[RunningJob[T]], R]]:
         """Registers the decorated function as the handler for a job kind.
 
@@ -203,6 +204,10 @@ class AsyncClient:
         not validate) is parked ``undecodable`` without using an attempt;
         see :meth:`retry_undecodable`. A bad version or upcaster set raises
         :class:`awa.ConfigurationError` here.
+
+        ``rate_class`` names the rate class (:meth:`configure_rate_class`)
+        whose shared budget this task's jobs spend; an insert's own
+        ``rate_class=`` overrides it.
         """
         if not isinstance(interrupt_on_cancel, bool):
             raise ConfigurationError("interrupt_on_cancel: must be True or False")
@@ -218,6 +223,7 @@ class AsyncClient:
                 timeout_s=timeout_s,
                 schema_version=schema_version,
                 upcasters=upcasters,
+                rate_class=rate_class,
             )
             return handler
 
@@ -274,7 +280,7 @@ class AsyncClient:
             if option is not None
         }  # fmt: skip
         self._rows([value], None, {"kind": kind, **options})  # every check an insert makes
-        resolved_kind, resolved_queue, _, _, schema_version = self._registry.resolution(
+        resolved_kind, resolved_queue, _, _, schema_version, _ = self._registry.resolution(
             value, kind, queue, require_task=True
         )
         options["queue"] = resolved_queue

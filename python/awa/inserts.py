@@ -51,7 +51,9 @@ class CopyInsertOptions(TypedDict, total=False):
     bounds each attempt, over the task's and queue's timeouts; ``deadline``
     (a datetime or a ``timedelta`` from now) bounds the whole job;
     ``schema_version`` (1–32 767; default: the kind's task's, else 1) is
-    the version the arguments are written at (see ``@client.task``).
+    the version the arguments are written at (see ``@client.task``);
+    ``rate_class`` names the shared token budget its claim spends (default:
+    the kind's task's; see ``configure_rate_class``).
     """
 
     kind: str | None
@@ -65,6 +67,7 @@ class CopyInsertOptions(TypedDict, total=False):
     timeout: float | datetime.timedelta | None
     deadline: datetime.datetime | datetime.timedelta | None
     schema_version: int | None
+    rate_class: str | None
 
 
 class InsertOptions(CopyInsertOptions, total=False):
@@ -186,6 +189,8 @@ class InsertOpts:
     deadline_us: int | None = None
     #: ``None``: the kind's task's version (the registry's resolution).
     schema_version: Any = None
+    #: ``None``: the kind's task's rate class (the registry's resolution).
+    rate_class: Any = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any], where: str = "options") -> InsertOpts:
@@ -212,6 +217,7 @@ class InsertOpts:
             timeout_ms=None if timeout is None else timeout_ms(timeout),
             deadline_us=None if deadline is None else moment_us(deadline, "deadline"),
             schema_version=options.get("schema_version"),
+            rate_class=options.get("rate_class"),
         )
 
 

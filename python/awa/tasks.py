@@ -45,6 +45,8 @@ class Task:
     schema_version: int = FIRST_SCHEMA_VERSION
     #: Version → the function upcasting arguments of that version to the next.
     upcasters: Mapping[int, Upcaster] = dataclasses.field(default_factory=dict)
+    #: The rate class its jobs spend (``rate_class=`` at insert overrides it).
+    rate_class: str | None = None
 
 
 def derive_kind(name: str) -> str:
@@ -112,6 +114,7 @@ class Registry:
         timeout_s: float | None = None,
         schema_version: Any = FIRST_SCHEMA_VERSION,
         upcasters: Any = None,
+        rate_class: Any = None,
     ) -> Task:
         if kind is None:
             if is_mapping_type(args_type) or not isinstance(args_type, type):
@@ -130,6 +133,8 @@ class Registry:
         if not callable(handler):
             raise ConfigurationError(f"the handler for {kind!r} is not callable")
         schema_version, upcasters = check_versions(kind, schema_version, upcasters)
+        if rate_class is not None:
+            _check_rate_class(rate_class)
         task = Task(
             kind=kind,
             queue=queue,
@@ -142,6 +147,7 @@ class Registry:
             check_args=_python_validator_for(args_type),
             schema_version=schema_version,
             upcasters=types.MappingProxyType(dict(upcasters)),
+            rate_class=rate_class,
         )
         self.by_kind[kind] = task
         if not is_mapping_type(args_type):
@@ -215,17 +221,18 @@ class Registry:
 
     def resolution(
         self, args: Any, kind: Any, queue: Any, require_task: bool = False
-    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None, int | None]:
+    ) -> tuple[Any, Any, int | None, Callable[[Any], None] | None, int | None, str | None]:
         """The kind and queue an insert of arguments of this type uses:
         explicit values first, then the task registered for the argument
         type, then the class name; with the queue's default ``max_crashes``,
         the check each job's arguments must pass (``None``: they are the
-        kind's own type) and the kind's task's schema version (``None``
-        without a task: version 1), so that what no worker could run is refused before
-        any SQL: arguments that do not validate as the kind's registered
-        type, and, with ``require_task`` (the client's own inserts), a
-        derived kind no task handles unless this client registers no tasks
-        at all (a producer for another service's workers; or name the kind).
+        kind's own type), the kind's task's schema version (``None``
+        without a task: version 1) and its rate class, so that what no
+        worker could run is refused before any SQL: arguments that do not
+        validate as the kind's registered type, and, with ``require_task``
+        (the client's own inserts), a derived kind no task handles unless
+        this client registers no tasks at all (a producer for another
+        service's workers; or name the kind).
         Follow-ups are exempt from the latter: they often feed a stage other
         workers run, and refusing one would fail the handler that staged
         it."""
@@ -243,7 +250,8 @@ class Registry:
             else DEFAULT_MAX_CRASHES
         )
         schema_version = task.schema_version if task is not None else None
-        return kind, queue, max_crashes, check, schema_version
+        rate_class = task.rate_class if task is not None else None
+        return kind, queue, max_crashes, check, schema_version, rate_class
 
     def _derived_kind(self, args: Any, require_task: bool) -> str:
         task = self.for_args(args)
@@ -270,7 +278,7 @@ class Registry:
 #: How the Rust core asks the registry for a batch's kinds and queues.
 Resolver = Callable[
     [Any, Any, Any],
-    tuple[Any, Any, "int | None", "Callable[[Any], None] | None", "int | None"],
+    tuple[Any, Any, "int | None", "Callable[[Any], None] | None", "int | None", "str | None"],
 ]
 
 
@@ -327,6 +335,15 @@ def args_problems(error: pydantic.ValidationError) -> list[tuple[str, str]]:
         for e in error.errors(include_url=False)
     ]
     return problems or [("args", str(error))]
+
+
+def _check_rate_class(rate_class: Any) -> None:
+    if not isinstance(rate_class, str):
+        raise ConfigurationError(f"rate_class: must be a string (got {rate_class!r})")
+    try:
+        _core.check_rate_class_name(rate_class)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
 
 
 def _check_name(field: str, value: Any) -> None:

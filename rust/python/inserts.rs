@@ -72,6 +72,8 @@ struct OptionSet {
     deadline_us: Option<i64>,
     /// `None`: the kind's task's version (the registry's answer).
     schema_version: Option<i64>,
+    /// `None`: the kind's task's rate class (the registry's answer).
+    rate_class: Option<String>,
 }
 
 /// A job's `max_crashes` option.
@@ -96,6 +98,8 @@ struct Resolution {
     check: Option<Py<PyAny>>,
     /// The schema version of the kind's task (`None`: no task, or 1).
     schema_version: Option<i64>,
+    /// The rate class of the kind's task (`None`: no task, or none).
+    rate_class: Option<String>,
 }
 
 /// Validated, encoded rows for every insert path, and the follow-ups a
@@ -175,6 +179,7 @@ impl InsertRows {
                 dict.set_item("timeout_ms", job.timeout_ms)?;
                 dict.set_item("deadline_us", job.deadline_us)?;
                 dict.set_item("schema_version", job.schema_version)?;
+                dict.set_item("rate_class", &job.rate_class)?;
                 Ok(dict)
             })
             .collect()
@@ -356,6 +361,7 @@ impl InsertRows {
                 timeout_ms: set.timeout_ms,
                 deadline_us: set.deadline_us,
                 schema_version: set.schema_version.or(resolution.schema_version),
+                rate_class: set.rate_class.clone().or_else(|| resolution.rate_class.clone()),
             };
             let job =
                 NewJob::check(input, Some(now_us)).map_err(|invalid| refusal.err(&invalid))?;
@@ -451,17 +457,22 @@ fn read_options(options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<Option
         timeout_ms: optional_int("timeout_ms", "timeout")?,
         deadline_us: optional_int("deadline_us", "deadline")?,
         schema_version: optional_int("schema_version", "schema_version")?,
+        rate_class: optional("rate_class")?
+            .map(|value| text_field("rate_class", &value).map_err(fail))
+            .transpose()?,
     })
 }
 
 /// The registry's answer, as `_core.pyi`'s `_Resolver` returns it: kind,
-/// queue, the queue's `max_crashes`, the check and the task's schema version.
+/// queue, the queue's `max_crashes`, the check, the task's schema version
+/// and its rate class.
 type Answer<'py> = (
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     Option<i64>,
     Option<Py<PyAny>>,
     Option<i64>,
+    Option<String>,
 );
 
 /// What the registry said, by (argument type, kind option, queue option)
@@ -494,7 +505,7 @@ impl Resolutions {
         let kind_option = set.kind.as_ref().map(|kind| kind.bind(py).clone());
         let queue_option = set.queue.as_ref().map(|queue| queue.bind(py).clone());
         let answer = resolve.call1((args, kind_option, queue_option))?;
-        let (kind, queue, queue_max_crashes, check, schema_version): Answer<'_> =
+        let (kind, queue, queue_max_crashes, check, schema_version, rate_class): Answer<'_> =
             answer.extract()?;
         let refusal = Refusal::Validation { position: None };
         let kind = text_field("kind", &kind).map_err(|invalid| refusal.err(&invalid))?;
@@ -509,6 +520,7 @@ impl Resolutions {
             queue_max_crashes,
             check,
             schema_version,
+            rate_class,
         });
         Ok(self.seen.last().expect("just pushed"))
     }

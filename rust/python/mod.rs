@@ -35,6 +35,12 @@ fn check_queue_name(name: &str) -> PyResult<()> {
     payload::check_queue(name).map_err(|invalid| PyValueError::new_err(invalid.to_string()))
 }
 
+/// Raises `ValueError` (the message names the rule) unless `name` is a rate class name.
+#[pyfunction]
+fn check_rate_class_name(name: &str) -> PyResult<()> {
+    payload::check_rate_class(name).map_err(|invalid| PyValueError::new_err(invalid.to_string()))
+}
+
 #[pyfunction]
 fn derive_kind(class_name: &str) -> String {
     payload::derive_kind(class_name)
@@ -414,6 +420,7 @@ fn plan_rescue<'py>(
 #[pymodule]
 fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_queue_name, module)?)?;
+    module.add_function(wrap_pyfunction!(check_rate_class_name, module)?)?;
     module.add_function(wrap_pyfunction!(derive_kind, module)?)?;
     module.add_function(wrap_pyfunction!(encode_json, module)?)?;
     module.add_function(wrap_pyfunction!(decode_json, module)?)?;

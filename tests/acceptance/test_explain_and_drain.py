@@ -136,8 +136,7 @@ async def test_an_empty_rate_class_says_so(client, conn):
     await _live_worker(conn)
     await client.configure_rate_class("partner-api", rate=0.01, burst=1)
     await conn.execute("UPDATE awa.rate_classes SET tokens = 0, tokens_at = now()")
-    job = await client.insert({"n": 1}, kind="k", queue=QUEUE)
-    await conn.execute("UPDATE awa.jobs SET rate_class = 'partner-api'")  # TEMP
+    job = await client.insert({"n": 1}, kind="k", queue=QUEUE, rate_class="partner-api")
     explained = await client.explain(job.id)
     assert explained.reason is ExplainReason.RATE_LIMITED
     assert "its rate class partner-api is rate limited (0.01/s, burst 1)" in explained.message

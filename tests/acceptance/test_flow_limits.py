@@ -298,8 +298,9 @@ async def test_a_rate_class_is_one_budget_across_queues_and_processes(database_u
     async with awa.AsyncClient(database_url) as client:
         await client.configure_rate_class("partner-api", rate=20, burst=2)
         for queue in ("ra", "rb"):
-            await client.insert_many([{"n": n} for n in range(200)], kind="crashy", queue=queue)
-        await conn.execute("UPDATE awa.jobs SET rate_class = 'partner-api'")  # TEMP
+            await client.insert_many(
+                [{"n": n} for n in range(200)], kind="crashy", queue=queue, rate_class="partner-api"
+            )
         # Behind them in priority, jobs of no class: the claim passes the
         # held-back lane and takes them.
         unclassed = await client.insert_many(
@@ -330,3 +331,28 @@ async def test_a_rate_class_is_one_budget_across_queues_and_processes(database_u
     assert busiest <= 22, (len(in_five), busiest)
     assert {row["queue"] for row in rows} == {"ra", "rb"}
     assert unclassed_done == 50
+
+
+async def test_a_jobs_rate_class_comes_from_its_insert_else_its_task(client, conn):
+    @client.task(dict, kind="synced", queue=QUEUE, rate_class="partner-api")
+    async def synced(job):
+        return None
+
+    from_task = await client.insert({}, kind="synced")
+    overridden = await client.insert({}, kind="synced", rate_class="other-api")
+    copied = await client.enqueue_many_copy([{}, {}], kind="synced", rate_class="bulk-api")
+    assert copied == 2
+    classes = dict(await conn.fetch("SELECT id, rate_class FROM awa.jobs"))
+    assert classes[from_task.id] == "partner-api"
+    assert classes[overridden.id] == "other-api"
+    assert sorted(classes.values()).count("bulk-api") == 2
+
+
+async def test_a_bad_rate_class_name_is_refused_at_insert_and_at_registration(client):
+    with pytest.raises(awa.ValidationError, match=r"^rate_class: .* is not a rate class name"):
+        await client.insert({}, kind="k", queue=QUEUE, rate_class="no spaces")
+    with pytest.raises(awa.ConfigurationError, match="is not a rate class name"):
+
+        @client.task(dict, kind="bad", rate_class="no spaces")
+        async def bad(job):
+            return None

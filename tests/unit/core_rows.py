@@ -27,6 +27,7 @@ def add(
     timeout_ms: Any = None,
     deadline_us: Any = None,
     schema_version: Any = None,
+    rate_class: Any = None,
 ) -> None:
     """Checks one job and appends it, its options in an object read by name
     (as :class:`awa.inserts.InsertOpts` is)."""
@@ -44,14 +45,15 @@ def add(
         timeout_ms=timeout_ms,
         deadline_us=deadline_us,
         schema_version=schema_version,
+        rate_class=rate_class,
     )
     rows.add_many([args], options, as_given, now_us=now_us, batch=batch)
 
 
-def as_given(args: Any, kind: Any, queue: Any) -> tuple[Any, Any, None, None, None]:
+def as_given(args: Any, kind: Any, queue: Any) -> tuple[Any, Any, None, None, None, None]:
     """A resolver that keeps the kind and queue given, checks nothing and
-    knows no schema version."""
-    return kind, queue, None, None, None
+    knows no schema version or rate class."""
+    return kind, queue, None, None, None, None
 
 
 def json_rows(rows: _core.InsertRows) -> list[dict[str, Any]]:

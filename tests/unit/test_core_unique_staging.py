@@ -406,6 +406,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         ),
         unique=(True, True, None, 3),
         schema_version=4,
+        rate_class="partner-api",
     )
     plain, full = rows.rows()
     assert plain == {
@@ -423,6 +424,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "timeout_ms": None,
         "deadline_us": None,
         "schema_version": None,
+        "rate_class": None,
     }
     assert full == {
         "kind": "resize",
@@ -439,4 +441,5 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "timeout_ms": None,
         "deadline_us": None,
         "schema_version": 4,
+        "rate_class": "partner-api",
     }

@@ -446,7 +446,8 @@ CREATE TYPE awa.job_input AS (
     unique_states smallint,
     timeout_ms    integer,
     deadline_at   timestamptz,
-    schema_version smallint
+    schema_version smallint,
+    rate_class    text
 );
 
 -- Each queue at each priority: a lane. Rows are never updated.

@@ -30,6 +30,8 @@ CREATE TABLE awa.rate_classes (
 -- updates), so the function that read them after it goes.
 DROP FUNCTION awa.job_schema_versions_v1(bigint[]);
 
+ALTER TYPE awa.job_input ADD ATTRIBUTE rate_class text;
+
 ALTER TABLE awa.jobs ADD COLUMN rate_class text
     CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$');
 

@@ -24,7 +24,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     -- In key order, so two inserts never wait on each other crosswise.
@@ -36,12 +36,12 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at, schema_version)
+                          timeout_ms, deadline_at, schema_version, rate_class)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at, schema_version
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
@@ -74,7 +74,7 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -85,12 +85,12 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at, schema_version)
+                          timeout_ms, deadline_at, schema_version, rate_class)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at, schema_version
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
