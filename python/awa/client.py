@@ -26,6 +26,7 @@ from awa.config import (
 )
 from awa.connecting import DEFAULT_CONNECT_TIMEOUT_S, check_caller_connection, open_pool
 from awa.db import POOLER_MODES, Database, reset_if_changed
+from awa.envelope import args_type_name
 from awa.errors import (
     ConfigurationError,
     JobNotFound,
@@ -48,7 +49,7 @@ from awa.inserts import (
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
 from awa.migrations import migrate as migrate_database
-from awa.tasks import Registry, Task, args_of, args_type_name, decoder_for, same_args_type
+from awa.tasks import Registry, Task, args_of, decoder_for, same_args_type
 from awa.transaction import Transaction
 from awa.worker import Worker
 

@@ -25,16 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import pydantic
 
 from awa import _core
 from awa.errors import ConfigurationError
 from awa.job import FIRST_SCHEMA_VERSION
-
-if TYPE_CHECKING:
-    from awa.tasks import Task
 
 #: The column is a smallint.
 MAX_VERSION: Final = 32_767
@@ -180,8 +177,23 @@ def upcast(
     return args
 
 
+class VersionedTask(Protocol):
+    """What decoding needs of a task (awa.tasks.Task is one)."""
+
+    @property
+    def args_type(self) -> Any: ...
+    @property
+    def decode_args(self) -> Callable[[Any], Any]: ...
+    @property
+    def check_args(self) -> Callable[[Any], Any] | None: ...
+    @property
+    def schema_version(self) -> int: ...
+    @property
+    def upcasters(self) -> Mapping[int, Upcaster]: ...
+
+
 def decode_claimed(
-    task: Task | None, kind: str, args_json: str, stored_version: int | None, known: Any
+    task: VersionedTask | None, kind: str, args_json: str, stored_version: int | None, known: Any
 ) -> Decoded:
     """The arguments of a claimed ``kind`` job (stored as ``args_json`` at
     ``stored_version``, ``None`` being 1) as ``task``'s type. Raises
@@ -218,7 +230,9 @@ def decode_claimed(
     return Decoded(_validated(task, validate, upcast_args), upcast_json, task.schema_version)
 
 
-def upcast_stored(task: Task, args_json: str, stored_version: int | None) -> tuple[str, int] | None:
+def upcast_stored(
+    task: VersionedTask, args_json: str, stored_version: int | None
+) -> tuple[str, int] | None:
     """A committed job's stored arguments (``args_json`` at
     ``stored_version``) as JSON at ``task``'s version, with that version;
     ``None`` when they are at it already, or newer, or cannot be upcast (the
@@ -239,9 +253,7 @@ def _as_is(args: Any) -> Any:
     return args
 
 
-def _validated(task: Task, validate: Callable[[Any], Any], args: Any) -> Any:
-    from awa.tasks import args_problems, args_type_name  # tasks imports this module
-
+def _validated(task: VersionedTask, validate: Callable[[Any], Any], args: Any) -> Any:
     try:
         return validate(args)
     except pydantic.ValidationError as error:
@@ -261,3 +273,18 @@ def _validated(task: Task, validate: Callable[[Any], Any], args: Any) -> Any:
             f"building {args_type_name(task.args_type)} from the stored arguments raised "
             f"{type(error).__name__}: {error}",
         ) from None
+
+
+def args_type_name(args_type: Any) -> str:
+    """An argument type as messages name it: ``SendEmail``, ``dict``."""
+    return args_type.__qualname__ if isinstance(args_type, type) else repr(args_type)
+
+
+def args_problems(error: pydantic.ValidationError) -> list[tuple[str, str]]:
+    """Each of pydantic's complaints about job arguments as (``args.<path>``,
+    message); at least one."""
+    problems = [
+        (".".join(str(part) for part in ("args", *e["loc"])), e["msg"])
+        for e in error.errors(include_url=False)
+    ]
+    return problems or [("args", str(error))]

@@ -15,7 +15,13 @@ import pydantic
 
 from awa import _core
 from awa.config import DEFAULT_MAX_CRASHES
-from awa.envelope import Upcaster, check_versions, upcast_stored
+from awa.envelope import (
+    Upcaster,
+    args_problems,
+    args_type_name,
+    check_versions,
+    upcast_stored,
+)
 from awa.errors import ConfigurationError, ValidationError
 from awa.job import FIRST_SCHEMA_VERSION, ArgsDecoder, Job
 
@@ -82,11 +88,6 @@ def same_args_type(left: Any, right: Any) -> bool:
     """Whether two argument types decode alike: the same type, or both
     mappings (``dict``, ``dict[str, Any]``)."""
     return left == right or (is_mapping_type(left) and is_mapping_type(right))
-
-
-def args_type_name(args_type: Any) -> str:
-    """An argument type as messages name it: ``SendEmail``, ``dict``."""
-    return args_type.__qualname__ if isinstance(args_type, type) else repr(args_type)
 
 
 @functools.lru_cache(maxsize=256)
@@ -325,16 +326,6 @@ def args_of(args_type: Any, args: Any) -> Any:
     raise ValidationError(
         f"args: must be a {args_type_name(args_type)} (got {type(args).__name__})", "args"
     )
-
-
-def args_problems(error: pydantic.ValidationError) -> list[tuple[str, str]]:
-    """Each of pydantic's complaints about job arguments as (``args.<path>``,
-    message); at least one."""
-    problems = [
-        (".".join(str(part) for part in ("args", *e["loc"])), e["msg"])
-        for e in error.errors(include_url=False)
-    ]
-    return problems or [("args", str(error))]
 
 
 def _check_rate_class(rate_class: Any) -> None:
