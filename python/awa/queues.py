@@ -215,13 +215,16 @@ async def configure_rate_class(db: Database, name: str, rate: Any, burst: Any) -
     await db.require_schema()
     row = await db.fetchrow("rate_classes_configure", name, float(rate), burst)
     assert row is not None  # an upsert returns its row
+    await db.fetchval("rate_classes_announce")
     return RateClass(**dict(row))
 
 
 async def delete_rate_class(db: Database, name: str) -> bool:
     check_rate_class_name(name)
     await db.require_schema()
-    return await db.fetchrow("rate_classes_delete", name) is not None
+    deleted = await db.fetchrow("rate_classes_delete", name) is not None
+    await db.fetchval("rate_classes_announce")
+    return deleted
 
 
 async def list_rate_classes(db: Database) -> list[RateClass]:

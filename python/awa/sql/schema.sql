@@ -636,7 +636,9 @@ CREATE TRIGGER jobs_follow_on_update
 -- stands, or its successor does, when it inserts.
 CREATE FUNCTION awa.claim_v2(claim_queues text[], claim_counts integer[], claim_worker bigint,
                              timeout_kinds text[], kind_timeouts float8[],
-                             queue_timeouts float8[])
+                             queue_timeouts float8[], queue_aging_s float8[] DEFAULT NULL,
+                             queue_limited boolean[] DEFAULT NULL,
+                             classes_configured boolean DEFAULT NULL)
 RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                priority smallint, attempt integer, max_attempts smallint, crashes smallint,
                max_crashes smallint, run_at timestamptz, created_at timestamptz,
@@ -720,14 +722,25 @@ BEGIN
     WHILE clock_timestamp() <= now() LOOP
     END LOOP;
     -- The queues' fleet-wide settings (awa.queue_settings), in claim_queues'
-    -- order: each one's aging interval, and whether any has a ceiling or a
-    -- rate limit.
-    SELECT array_agg(s.priority_aging_s ORDER BY cq.ord),
-           coalesce(bool_or(s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL), false),
-           EXISTS (SELECT FROM awa.rate_classes)
-    INTO aging_s, limited, classes_exist
-    FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
-    LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;
+    -- order: each one's aging interval, whether any has a ceiling or a rate
+    -- limit, and whether any rate class is configured; read here unless the
+    -- caller says them.
+    IF queue_aging_s IS NULL OR queue_limited IS NULL OR classes_configured IS NULL THEN
+        SELECT array_agg(s.priority_aging_s ORDER BY cq.ord),
+               coalesce(bool_or(s.global_max_running IS NOT NULL
+                                OR s.rate_per_s IS NOT NULL), false),
+               EXISTS (SELECT FROM awa.rate_classes)
+        INTO aging_s, limited, classes_exist
+        FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
+        LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;
+    ELSE
+        -- As the worker last read them (at most a poll interval old, and
+        -- reread at once when a change is announced): a statement less
+        -- per claim.
+        aging_s := queue_aging_s;
+        limited := true = ANY (queue_limited);
+        classes_exist := classes_configured;
+    END IF;
     IF limited THEN
         -- A ceiling or a rate limit holds for every claimer of the fleet at
         -- once: their claims of the queue take turns on its settings row,

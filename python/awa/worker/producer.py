@@ -95,7 +95,7 @@ class Producer:
         self._backlog_limit = max(
             BACKLOG_PER_SLOT * total_slots, BACKLOG_BATCHES * flush_batch_size
         )
-        self._claim = db.statement("jobs_claim")
+        self._claim = db.statement("jobs_claim_with_settings")
         self._prepare_session = db.statement("jobs_claim_prepare_session")
         # Attempt timeouts, as the claim sets each attempt's deadline.
         kind_timeouts = kind_timeouts or {}
@@ -208,6 +208,7 @@ class Producer:
                 self._timeout_kinds,
                 self._kind_timeouts,
                 [self._queue_timeouts.get(queue) for queue in queues],
+                *self._settings_of(queues),
             )
             failed = False
             self.claims += 1
@@ -224,6 +225,19 @@ class Producer:
             self._in_flight -= 1
             if not self._in_flight:
                 self._no_claim_in_flight.set()
+
+    def _settings_of(self, queues: list[str]) -> tuple[Any, Any, Any]:
+        """What the claim needs of ``queues``' fleet-wide settings, as last
+        read (``None`` before the first read: the claim reads them)."""
+        settings = self.queue_settings
+        if settings is None:
+            return None, None, None
+        aging_s, limited = settings.aging_s, settings.limited
+        return (
+            [aging_s.get(queue) for queue in queues],
+            [queue in limited for queue in queues],
+            settings.classes_configured,
+        )
 
     def _look_again_later(self, rows: list[Any]) -> list[Any]:
         """The claim's jobs, without its rows that are not jobs: a queue a

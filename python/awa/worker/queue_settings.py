@@ -7,11 +7,13 @@ settings of the queues it serves when told, at start, and at every poll
 interval. A paused queue is told to the dispatcher, which plans no claim
 for it; resuming marks the queue ready, so its claimers look at once.
 
-Ceilings, rate limits and priority aging are applied by the claim itself,
-in the database (awa.claim_v2), for the whole fleet at once; the claim also
-says when to look again at a queue a limit held back. What a worker needs
-of them here is each queue's aging interval, to keep a claim's jobs in the
-order the claim took them.
+Ceilings, rate limits, rate classes and priority aging are applied by the
+claim itself, in the database (awa.claim_v2), for the whole fleet at once;
+the claim also says when to look again at a queue a limit held back. The
+worker hands each claim what it last read here (each queue's aging
+interval, whether it has a limit, whether any rate class is configured), so
+the claim reads no settings of its own, and orders a claim's jobs by their
+aged level.
 
 Failure handling: a failed reload keeps the last known settings and is
 reported to the worker's health (a database that refuses it for
@@ -63,6 +65,10 @@ class QueueSettingsWatcher:
         self.paused: frozenset[str] = frozenset()
         #: The served queues with priority aging, each with its interval (s).
         self.aging_s: Mapping[str, float] = {}
+        #: The served queues with a ceiling or a rate limit.
+        self.limited: frozenset[str] = frozenset()
+        #: Whether any rate class is configured (a claim then checks classes).
+        self.classes_configured = False
         self.reloads = 0
 
     def told(self) -> None:
@@ -78,6 +84,10 @@ class QueueSettingsWatcher:
             for row in rows
             if row["priority_aging_s"] is not None
         }
+        self.limited = frozenset(row["queue"] for row in rows if row["limited"])
+        self.classes_configured = bool(
+            await self._db.fetchval("queue_settings_rate_classes_configured")
+        )
         self.reloads += 1
 
     async def run(self) -> None:

@@ -55,6 +55,12 @@ RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
 
 -- name: queue_settings_served
 -- The settings of the queues $1 a worker serves that have any.
-SELECT queue, paused, priority_aging_s
+SELECT queue, paused, priority_aging_s,
+       global_max_running IS NOT NULL OR rate_per_s IS NOT NULL AS limited
 FROM awa.queue_settings
 WHERE queue = ANY ($1::text[]);
+
+-- name: queue_settings_rate_classes_configured
+-- Whether any rate class is configured (a worker whose queues have no
+-- settings row reads it here).
+SELECT EXISTS (SELECT FROM awa.rate_classes) AS configured;

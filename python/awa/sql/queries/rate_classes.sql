@@ -20,3 +20,8 @@ RETURNING name;
 SELECT name, rate_per_s, burst, updated_at
 FROM awa.rate_classes
 ORDER BY name;
+
+-- name: rate_classes_announce
+-- Tells every worker on awa_control that the rate classes changed (they
+-- reread whether any is configured; claims check classes only then).
+SELECT pg_notify('awa_control', 'queues:*');
