@@ -419,7 +419,14 @@ impl InsertBatch {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            copy_row(&mut out, job, now_us, with_limits, with_versions, with_classes);
+            copy_row(
+                &mut out,
+                job,
+                now_us,
+                with_limits,
+                with_versions,
+                with_classes,
+            );
         }
         Ok(out)
     }

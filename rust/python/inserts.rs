@@ -361,7 +361,10 @@ impl InsertRows {
                 timeout_ms: set.timeout_ms,
                 deadline_us: set.deadline_us,
                 schema_version: set.schema_version.or(resolution.schema_version),
-                rate_class: set.rate_class.clone().or_else(|| resolution.rate_class.clone()),
+                rate_class: set
+                    .rate_class
+                    .clone()
+                    .or_else(|| resolution.rate_class.clone()),
             };
             let job =
                 NewJob::check(input, Some(now_us)).map_err(|invalid| refusal.err(&invalid))?;
