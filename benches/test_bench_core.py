@@ -95,8 +95,10 @@ OPTIONS = InsertOpts(
 )
 
 
-def as_given(args: object, kind: object, queue: object) -> tuple[object, object, None, None, None]:
-    return kind, queue, None, None, None
+def as_given(
+    args: object, kind: object, queue: object
+) -> tuple[object, object, None, None, None, None]:
+    return kind, queue, None, None, None, None
 
 
 def add_job(rows: _core.InsertRows, args: object) -> None:

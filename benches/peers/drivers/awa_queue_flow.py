@@ -1,11 +1,12 @@
 """awa-queue with the queue's fleet-wide flow control on, none of it
-binding: priority aging every minute and a rate limit far above any drain
-rate. What the settings cost the claim (a rate-limited queue's claims take
-turns on its settings row), beside the plain run."""
+binding: priority aging every minute, a queue rate limit and a rate class
+on every job, both far above any drain rate. What the settings cost the
+claim (a rate-limited queue's claims take turns on its settings row; each
+claim spends the class's tokens), beside the plain run."""
 
 from __future__ import annotations
 
-from awa_queue import QUEUE, AwaQueueAdapter
+from awa_queue import KIND, QUEUE, AwaQueueAdapter
 
 import common
 
@@ -13,6 +14,7 @@ import common
 RATE_PER_S = 1_000_000
 BURST = 100_000
 AGING_INTERVAL_S = 60
+RATE_CLASS = "bench-class"
 
 
 class FlowControlAdapter(AwaQueueAdapter):
@@ -21,6 +23,21 @@ class FlowControlAdapter(AwaQueueAdapter):
         await self.client.configure_queue(
             QUEUE, priority_aging_interval=AGING_INTERVAL_S, rate_limit=(RATE_PER_S, BURST)
         )
+        await self.client.configure_rate_class(RATE_CLASS, rate=RATE_PER_S, burst=BURST)
+
+    async def bulk_enqueue(self, payloads: list[dict]) -> int:
+        return await self.client.enqueue_many_copy(
+            payloads, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS
+        )
+
+    async def bulk_enqueue_unnest(self, payloads: list[dict]) -> int:
+        jobs = await self.client.insert_many(
+            payloads, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS
+        )
+        return len(jobs)
+
+    async def insert_one(self, payload: dict) -> None:
+        await self.client.insert(payload, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS)
 
 
 if __name__ == "__main__":
