@@ -216,8 +216,8 @@ class Producer:
                 rows = self._look_again_later(rows)
             if len(rows) > 1:
                 # RETURNING keeps no order; prefetched jobs wait in this one.
-                aging_s = self.queue_settings.aging_s if self.queue_settings else None
-                rows.sort(key=functools.partial(_urgency, aging_s) if aging_s else _plain_urgency)
+                aging_s = self.queue_settings.aging_s if self.queue_settings else {}
+                rows.sort(key=functools.partial(_urgency, aging_s))
             for row in rows:
                 self._executor.start(row, plan_id)
         finally:
@@ -308,10 +308,6 @@ class Producer:
                 count, ", ".join(map(str, ids[:10])),
             )  # fmt: skip
             self._claims.ready(None)
-
-
-def _plain_urgency(row: Any) -> tuple[int, Any, int]:
-    return row["priority"], row["run_at"], row["id"]
 
 
 def _urgency(aging_s: Mapping[str, float], row: Any) -> tuple[int, Any, int]:
