@@ -84,6 +84,8 @@ CREATE TABLE awa.jobs (
     -- The version its arguments were written at (NULL: 1; migration 0020).
     schema_version smallint,
     rate_class   text,  -- a rate class's shared token budget (migration 0021)
+    -- its tenant, for a fair queue's round-robin (migration 0022)
+    partition_key text,
     CONSTRAINT jobs_priority_range CHECK (priority BETWEEN 1 AND 4),
     CONSTRAINT jobs_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT jobs_max_crashes_range CHECK (max_crashes >= 0),
@@ -104,7 +106,9 @@ CREATE TABLE awa.jobs (
         'unknown_kind', 'unknown_schema_version', 'upcast_failed', 'args_invalid')),
     CONSTRAINT jobs_timeout_positive CHECK (timeout_ms > 0),
     CONSTRAINT jobs_schema_version_positive CHECK (schema_version >= 1),
-    CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
+    CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'),
+    CONSTRAINT jobs_partition_key_grammar
+        CHECK (char_length(partition_key) BETWEEN 1 AND 255 AND partition_key !~ '[[:cntrl:]]')
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
@@ -112,6 +116,11 @@ CREATE TABLE awa.jobs (
 -- table reads a column that a claim or an outcome writes, so those updates
 -- are HOT (tests/queries/test_hot_path_indexes.py).
 CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id);
+
+-- A fair queue's claims: the same order within each partition ('': the jobs
+-- without a partition key; migration 0022).
+CREATE INDEX jobs_partition_lane_idx
+    ON awa.jobs (queue, priority, (coalesce(partition_key, '')), run_at, id);
 
 -- cancel_by_unique_key finds a key's unfinished jobs by it (the key never
 -- changes, so the index costs no claim or outcome its HOT update).
@@ -368,7 +377,9 @@ CREATE TABLE awa.queue_settings (
         CONSTRAINT queue_settings_burst_positive CHECK (rate_burst >= 1),
     rate_tokens float8,
     rate_tokens_at timestamptz,
-    CONSTRAINT queue_settings_rate_complete CHECK ((rate_per_s IS NULL) = (rate_burst IS NULL))
+    CONSTRAINT queue_settings_rate_complete CHECK ((rate_per_s IS NULL) = (rate_burst IS NULL)),
+    -- claims round-robin across the partitions with jobs (migration 0022)
+    fair boolean NOT NULL DEFAULT false
 );
 
 -- Rate classes (migration 0021): token budgets shared across queues,
@@ -447,16 +458,24 @@ CREATE TYPE awa.job_input AS (
     timeout_ms    integer,
     deadline_at   timestamptz,
     schema_version smallint,
-    rate_class    text
+    rate_class    text,
+    partition_key text
 );
 
--- Each queue at each priority: a lane. Rows are never updated.
+-- Each queue at each priority: a whole lane (partition_key NULL), and a
+-- partition lane per partition (migration 0022; '': the jobs without a
+-- partition key). Rows are never updated.
 CREATE TABLE awa.lanes (
     id       integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue    text NOT NULL,
     priority smallint NOT NULL,
-    CONSTRAINT lanes_queue_priority_key UNIQUE (queue, priority)
+    partition_key text
 );
+
+CREATE UNIQUE INDEX lanes_whole_key ON awa.lanes (queue, priority)
+    WHERE partition_key IS NULL;
+CREATE UNIQUE INDEX lanes_partition_key ON awa.lanes (queue, priority, partition_key)
+    WHERE partition_key IS NOT NULL;
 
 CREATE SEQUENCE awa.lane_moves_seq;
 
@@ -523,8 +542,9 @@ DECLARE
     made integer;
 BEGIN
     WITH opened AS (
-        INSERT INTO awa.lanes (queue, priority)
-        SELECT lane_queue, p FROM generate_series(1, 4) AS p
+        INSERT INTO awa.lanes (queue, priority, partition_key)
+        SELECT lane_queue, p, k
+        FROM generate_series(1, 4) AS p, (VALUES (NULL::text), ('')) AS keys(k)
         ON CONFLICT DO NOTHING
         RETURNING id
     )
@@ -538,23 +558,15 @@ END
 $$;
 
 
--- A job became claimable at a key that may be behind its lane's hint: the
--- next claim scans from it. Once per lane and transaction while the keys
--- come in order (a promotion of many jobs). A lane that does not exist yet
--- starts before every job.
-CREATE FUNCTION awa.lower_lane_v1(lane_queue text, lane_priority smallint,
-                                  job_run_at timestamptz, lowered_job_id bigint)
+-- One lane lowered to a job's key: its next claim scans from there. Once
+-- per lane and transaction while the keys come in order (a promotion of
+-- many jobs).
+CREATE FUNCTION awa.lower_lane_id_v1(lane integer, job_run_at timestamptz,
+                                     lowered_job_id bigint)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    lane integer;
 BEGIN
-    SELECT lanes.id INTO lane FROM awa.lanes
-    WHERE lanes.queue = lane_queue AND lanes.priority = lane_priority;
-    IF lane IS NULL THEN
-        RETURN;
-    END IF;
     IF EXISTS (SELECT FROM awa.lane_lowerings AS l
                WHERE l.lane_id = lane AND l.xmin = pg_current_xact_id()::xid
                  AND (l.run_at, l.job_id) <= (job_run_at, lowered_job_id)) THEN
@@ -562,6 +574,36 @@ BEGIN
     END IF;
     INSERT INTO awa.lane_lowerings (lane_id, run_at, job_id)
     VALUES (lane, job_run_at, lowered_job_id);
+END
+$$;
+
+-- A job became claimable at a key that may be behind its lanes' hints: its
+-- whole lane and its partition lane (both families, whichever claims).
+-- Lanes that do not exist yet start before every job.
+CREATE FUNCTION awa.lower_lane_v2(lane_queue text, lane_priority smallint, lane_partition text,
+                                  job_run_at timestamptz, lowered_job_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM awa.lower_lane_id_v1(lanes.id, job_run_at, lowered_job_id)
+    FROM awa.lanes
+    WHERE lanes.queue = lane_queue AND lanes.priority = lane_priority
+      AND (lanes.partition_key IS NULL OR lanes.partition_key = coalesce(lane_partition, ''));
+END
+$$;
+
+-- Jobs of a queue and priority became claimable from a key on, in any
+-- partition (a COPY's back-dated jobs): every lane of the two families.
+CREATE FUNCTION awa.lower_lane_v1(lane_queue text, lane_priority smallint,
+                                             job_run_at timestamptz, lowered_job_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM awa.lower_lane_id_v1(lanes.id, job_run_at, lowered_job_id)
+    FROM awa.lanes
+    WHERE lanes.queue = lane_queue AND lanes.priority = lane_priority;
 END
 $$;
 
@@ -575,7 +617,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF NEW.state = 'available' THEN
-        PERFORM awa.lower_lane_v1(NEW.queue, NEW.priority, NEW.run_at, NEW.id);
+        PERFORM awa.lower_lane_v2(NEW.queue, NEW.priority, NEW.partition_key, NEW.run_at, NEW.id);
     ELSE
         INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
         VALUES (NEW.worker_id, ARRAY[NEW.id], NEW.attempt_deadline_at);
@@ -606,6 +648,54 @@ CREATE TRIGGER jobs_follow_on_update
                    OR OLD.attempt_deadline_at IS DISTINCT FROM NEW.attempt_deadline_at)
               AND current_setting('awa.claiming', true) IS DISTINCT FROM 'on'))
     EXECUTE FUNCTION awa.follow_job_v1();
+
+-- A partition's lane at one priority, if it has none: starting before every
+-- job, and as if never served (claims serve the least recently served
+-- first).
+CREATE FUNCTION awa.open_partition_lane_v1(lane_queue text, lane_priority smallint,
+                                           lane_partition text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    WITH opened AS (
+        INSERT INTO awa.lanes (queue, priority, partition_key)
+        VALUES (lane_queue, lane_priority, lane_partition)
+        ON CONFLICT DO NOTHING
+        RETURNING id
+    )
+    INSERT INTO awa.lane_moves (lane_id, prev_seq, hint_run_at, hint_id, swept_run_at, swept_id,
+                                gen, clock, made_at, note_xid, note_run_at, note_id)
+    SELECT id, 0, '-infinity', 0, '-infinity', 0, 0, clock_timestamp(), '-infinity',
+           '{}', '{}', '{}'
+    FROM opened;
+END
+$$;
+
+-- A job with a partition key, inserted or moved to another queue or
+-- priority: its partition lane, if there is none yet.
+CREATE FUNCTION awa.open_job_partition_lane_v1() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM awa.lanes
+                   WHERE lanes.queue = NEW.queue AND lanes.priority = NEW.priority
+                     AND lanes.partition_key = NEW.partition_key) THEN
+        PERFORM awa.open_partition_lane_v1(NEW.queue, NEW.priority, NEW.partition_key);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_open_partition_lane_on_insert
+    AFTER INSERT ON awa.jobs FOR EACH ROW
+    WHEN (NEW.partition_key IS NOT NULL)
+    EXECUTE FUNCTION awa.open_job_partition_lane_v1();
+
+CREATE TRIGGER jobs_open_partition_lane_on_update
+    AFTER UPDATE OF queue, priority ON awa.jobs FOR EACH ROW
+    WHEN (NEW.partition_key IS NOT NULL)
+    EXECUTE FUNCTION awa.open_job_partition_lane_v1();
 
 -- Claims up to claim_counts[i] available jobs of each queue claim_queues[i]
 -- for worker claim_worker, most urgent first (priority, then run_at, then
@@ -638,7 +728,8 @@ CREATE FUNCTION awa.claim_v2(claim_queues text[], claim_counts integer[], claim_
                              timeout_kinds text[], kind_timeouts float8[],
                              queue_timeouts float8[], queue_aging_s float8[] DEFAULT NULL,
                              queue_limited boolean[] DEFAULT NULL,
-                             classes_configured boolean DEFAULT NULL)
+                             classes_configured boolean DEFAULT NULL,
+                             queue_fair boolean[] DEFAULT NULL)
 RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                priority smallint, attempt integer, max_attempts smallint, crashes smallint,
                max_crashes smallint, run_at timestamptz, created_at timestamptz,
@@ -715,6 +806,11 @@ DECLARE
     class_cut boolean;
     look_again_at timestamptz;
     opened boolean;
+    fair_flags boolean[];
+    fair boolean;
+    leveled boolean;
+    level_visited integer;
+    round_took integer;
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -725,12 +821,14 @@ BEGIN
     -- order: each one's aging interval, whether any has a ceiling or a rate
     -- limit, and whether any rate class is configured; read here unless the
     -- caller says them.
-    IF queue_aging_s IS NULL OR queue_limited IS NULL OR classes_configured IS NULL THEN
+    IF queue_aging_s IS NULL OR queue_limited IS NULL OR classes_configured IS NULL
+       OR queue_fair IS NULL THEN
         SELECT array_agg(s.priority_aging_s ORDER BY cq.ord),
                coalesce(bool_or(s.global_max_running IS NOT NULL
                                 OR s.rate_per_s IS NOT NULL), false),
-               EXISTS (SELECT FROM awa.rate_classes)
-        INTO aging_s, limited, classes_exist
+               EXISTS (SELECT FROM awa.rate_classes),
+               array_agg(coalesce(s.fair, false) ORDER BY cq.ord)
+        INTO aging_s, limited, classes_exist, fair_flags
         FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
         LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;
     ELSE
@@ -740,6 +838,7 @@ BEGIN
         aging_s := queue_aging_s;
         limited := true = ANY (queue_limited);
         classes_exist := classes_configured;
+        fair_flags := queue_fair;
     END IF;
     IF limited THEN
         -- A ceiling or a rate limit holds for every claimer of the fleet at
@@ -793,6 +892,11 @@ BEGIN
             END IF;
         END IF;
         queue_aging := aging_s[q];
+        -- A fair queue is claimed from its partition lanes, level by level
+        -- as with aging: at each level, the lanes least recently served
+        -- first, each giving its share of what is left of the claim.
+        fair := coalesce(fair_flags[q], false);
+        leveled := queue_aging IS NOT NULL OR fair;
         opened := false;
         FOR pass IN 1 .. 2 LOOP
             lanes_seen := false;
@@ -801,8 +905,10 @@ BEGIN
             -- level left, the jobs at that level (aged enough), oldest lane
             -- first; the next round reads the lanes again. Without aging,
             -- one round takes the lanes in priority order.
-            FOR aging_round IN 1 .. CASE WHEN queue_aging IS NULL THEN 1 ELSE 4 END LOOP
+            FOR aging_round IN 1 .. CASE WHEN NOT leveled THEN 1 WHEN fair THEN 8 ELSE 4 END LOOP
                 visited := false;
+                level_visited := 0;
+                round_took := 0;
                 -- The queue's lanes in priority order (with aging: by the level
                 -- of their first job, then its age), each with its newest
                 -- move, whether it has lowerings, and its first available job
@@ -827,7 +933,8 @@ BEGIN
                                      set_config('synchronous_commit', 'off', true) AS quick,
                                      set_config('awa.claiming', 'on', true) AS claiming) AS x
                     ), heads AS (
-                    SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority, mv.seq,
+                    SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority,
+                           lanes.partition_key, mv.made_at AS served_at, mv.seq,
                            mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.gen, mv.clock,
                            mv.note_xid, mv.note_run_at, mv.note_id,
                            EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
@@ -836,35 +943,56 @@ BEGIN
                            -- took a table with many jobs of the queue for one where
                            -- any row would do, and read the whole table for each
                            -- empty lane.
-                           (SELECT j.run_at FROM awa.jobs AS j
-                            WHERE j.queue = lanes.queue AND j.priority = lanes.priority
-                              AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
-                              AND j.run_at <= now() AND j.state = 'available'
-                              AND (j.deadline_at IS NULL OR j.deadline_at > now())
-                            ORDER BY j.run_at, j.id
-                            LIMIT 1) AS head_run_at
+                           CASE WHEN lanes.partition_key IS NULL THEN
+                               (SELECT j.run_at FROM awa.jobs AS j
+                                WHERE j.queue = lanes.queue AND j.priority = lanes.priority
+                                  AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
+                                  AND j.run_at <= now() AND j.state = 'available'
+                                  AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                ORDER BY j.run_at, j.id
+                                LIMIT 1)
+                           ELSE
+                               (SELECT j.run_at FROM awa.jobs AS j
+                                WHERE j.queue = lanes.queue AND j.priority = lanes.priority
+                                  AND coalesce(j.partition_key, '') = lanes.partition_key
+                                  AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
+                                  AND j.run_at <= now() AND j.state = 'available'
+                                  AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                ORDER BY j.run_at, j.id
+                                LIMIT 1)
+                           END AS head_run_at
                     FROM tx, awa.lanes
                     CROSS JOIN LATERAL (SELECT * FROM awa.lane_moves
                                         WHERE lane_moves.lane_id = lanes.id
                                         ORDER BY lane_moves.seq DESC LIMIT 1) AS mv
+                    -- A fair queue's partition lanes, or its whole lanes.
                     WHERE lanes.queue = claim_queues[q]
+                      AND (lanes.partition_key IS NOT NULL) = fair
                     ), levels AS (
                     -- A waiting job counts one level more urgent per aging
                     -- interval it has been due, down to 1.
                     SELECT h.*,
-                           CASE WHEN queue_aging IS NULL THEN h.priority::integer
-                                -- (greatest ignores a NULL: a lane without one)
+                           CASE WHEN NOT leveled THEN h.priority::integer
                                 WHEN h.head_run_at IS NULL THEN NULL
+                                WHEN queue_aging IS NULL THEN h.priority::integer
                                 ELSE greatest(1, h.priority - floor(extract(epoch FROM
                                          now() - h.head_run_at) / queue_aging))::integer
                            END AS head_level
                     FROM heads AS h
-                    )
+                    ), ranked AS (
                     SELECT v.*, v.head_run_at IS NOT NULL AS has_jobs,
                            min(v.head_level) OVER () AS level
                     FROM levels AS v
-                    ORDER BY CASE WHEN queue_aging IS NULL THEN v.priority END,
-                             v.head_level, v.head_run_at, v.priority
+                    )
+                    -- level_lanes: how many lanes have jobs at the level.
+                    SELECT r.*, count(*) FILTER (WHERE r.head_level = r.level) OVER ()
+                                AS level_lanes
+                    FROM ranked AS r
+                    ORDER BY CASE WHEN NOT leveled THEN r.priority END,
+                             r.head_level,
+                             -- fair: the lane served least recently first
+                             CASE WHEN fair THEN r.served_at END, CASE WHEN fair THEN r.id END,
+                             r.head_run_at, r.priority
                 LOOP
                     lanes_seen := true;
                     me := lane.me;
@@ -872,10 +1000,17 @@ BEGIN
                     asked := remaining[q];
                     CONTINUE WHEN asked <= 0;
                     cutoff := 'infinity';
-                    IF queue_aging IS NOT NULL THEN
+                    IF leveled THEN
                         IF lane.head_level = lane.level THEN
                             visited := true;
-                            IF lane.priority > lane.level THEN
+                            IF fair THEN
+                                -- Its share: what is left, split evenly over
+                                -- the lanes at this level not yet visited.
+                                asked := least(asked, ceil(asked::numeric
+                                    / greatest(lane.level_lanes - level_visited, 1))::integer);
+                                level_visited := level_visited + 1;
+                            END IF;
+                            IF queue_aging IS NOT NULL AND lane.priority > lane.level THEN
                                 -- Only the jobs aged to this level, this round.
                                 cutoff := now() - (lane.priority - lane.level) * queue_aging
                                                   * interval '1 second';
@@ -911,31 +1046,53 @@ BEGIN
                         END IF;
                     END IF;
                     rescan := ended_run_at IS NOT NULL OR lowering_ids IS NOT NULL;
-                    -- An idle lane moves at most once a second.
+                    -- An idle lane moves at most once a second; an idle
+                    -- partition lane only to rescan (a fair queue may have
+                    -- many; their hints stay just past their last jobs).
                     CONTINUE WHEN NOT (lane.has_jobs OR rescan
-                                       OR lane.hint_run_at < now() - interval '1 second');
+                                       OR (lane.partition_key IS NULL
+                                           AND lane.hint_run_at < now() - interval '1 second'));
                     got := 0;
                     IF lane.has_jobs OR rescan THEN
                         -- In key order (array_agg keeps the subquery's): the last
                         -- id is the top job's, and the latest run_at its.
-                        SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
-                               array_agg(c.run_at), array_agg(c.rate_class)
-                        INTO picked, top_run_at, picked_run_at, picked_class
-                        FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
-                              WHERE j.queue = lane.queue AND j.priority = lane.priority
-                                AND (j.run_at, j.id) > (from_run_at, from_id)
-                                -- up to the hint when it is past now() (a claim
-                                -- with a later start moved it): a noted
-                                -- transaction may have keyed jobs in between, due
-                                -- since, which this claim is the one to cover
-                                AND j.run_at <= least(greatest(now(), lane.hint_run_at), cutoff)
-                                AND j.state = 'available'
-                                -- maintenance fails jobs past their deadline
-                                AND (j.deadline_at IS NULL OR j.deadline_at > now())
-                              ORDER BY j.run_at, j.id
-                              LIMIT asked
-                              FOR UPDATE OF j SKIP LOCKED) AS c;
+                        IF lane.partition_key IS NULL THEN
+                            SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
+                                   array_agg(c.run_at), array_agg(c.rate_class)
+                            INTO picked, top_run_at, picked_run_at, picked_class
+                            FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
+                                  WHERE j.queue = lane.queue AND j.priority = lane.priority
+                                    AND (j.run_at, j.id) > (from_run_at, from_id)
+                                    -- up to the hint when it is past now() (a claim
+                                    -- with a later start moved it): a noted
+                                    -- transaction may have keyed jobs in between, due
+                                    -- since, which this claim is the one to cover
+                                    AND j.run_at <= least(greatest(now(), lane.hint_run_at), cutoff)
+                                    AND j.state = 'available'
+                                    -- maintenance fails jobs past their deadline
+                                    AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                  ORDER BY j.run_at, j.id
+                                  LIMIT asked
+                                  FOR UPDATE OF j SKIP LOCKED) AS c;
+                        ELSE
+                            -- The same within one partition.
+                            SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
+                                   array_agg(c.run_at), array_agg(c.rate_class)
+                            INTO picked, top_run_at, picked_run_at, picked_class
+                            FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
+                                  WHERE j.queue = lane.queue AND j.priority = lane.priority
+                                    AND coalesce(j.partition_key, '') = lane.partition_key
+                                    AND (j.run_at, j.id) > (from_run_at, from_id)
+                                    AND j.run_at <= least(greatest(now(), lane.hint_run_at),
+                                                          cutoff)
+                                    AND j.state = 'available'
+                                    AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                  ORDER BY j.run_at, j.id
+                                  LIMIT asked
+                                  FOR UPDATE OF j SKIP LOCKED) AS c;
+                        END IF;
                         got := cardinality(picked);
+                        round_took := round_took + got;
                     END IF;
                     class_cut := false;
                     IF got > 0 AND classes_exist THEN
@@ -1013,7 +1170,7 @@ BEGIN
                         next_id := CASE WHEN now() > lane.hint_run_at THEN 0 ELSE lane.hint_id END;
                     END IF;
                     IF got > 0 THEN
-                        remaining[q] := asked - got;
+                        remaining[q] := remaining[q] - got;
                         IF queue_limited THEN
                             taken := taken || picked;
                         END IF;
@@ -1131,7 +1288,9 @@ BEGIN
                         DELETE FROM awa.lane_lowerings AS l WHERE l.id = ANY (lowering_ids);
                     END IF;
                 END LOOP;
-                EXIT WHEN NOT visited OR remaining[q] <= 0;
+                -- (fair: the next round serves this level's lanes again if
+                -- one gave its whole share, or the next level)
+                EXIT WHEN NOT visited OR remaining[q] <= 0 OR (fair AND round_took = 0);
             END LOOP;
             EXIT WHEN lanes_seen;
             -- A queue without lanes (the worker opens its own as it starts).
@@ -1215,6 +1374,9 @@ $$;
 CREATE FUNCTION awa.sweep_lane_v1(sweep_lane integer, from_start boolean, walk_limit integer)
 RETURNS boolean
 LANGUAGE plpgsql
+-- Planned for each call's lane: a whole lane walks jobs_lane_idx, a
+-- partition lane jobs_partition_lane_idx (a plan for both would do neither).
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     lane record;
@@ -1238,7 +1400,8 @@ DECLARE
     newest bigint;
     left_behind boolean := false;
 BEGIN
-    SELECT lanes.queue, lanes.priority INTO lane FROM awa.lanes WHERE lanes.id = sweep_lane;
+    SELECT lanes.queue, lanes.priority, lanes.partition_key INTO lane
+    FROM awa.lanes WHERE lanes.id = sweep_lane;
     SELECT * INTO m FROM awa.lane_moves AS mv
     WHERE mv.lane_id = sweep_lane ORDER BY mv.seq DESC LIMIT 1;
     IF m.lane_id IS NULL THEN
@@ -1261,6 +1424,7 @@ BEGIN
                AND (j.deadline_at IS NULL OR j.deadline_at > now()) AS claimable
         FROM awa.jobs AS j
         WHERE j.queue = lane.queue AND j.priority = lane.priority
+          AND (lane.partition_key IS NULL OR coalesce(j.partition_key, '') = lane.partition_key)
           AND (j.run_at, j.id) > (start_run_at, start_id)
           AND (j.run_at, j.id) <= (m.hint_run_at, m.hint_id)
         ORDER BY j.run_at, j.id
@@ -1276,6 +1440,7 @@ BEGIN
     IF first_id IS NOT NULL THEN
         SELECT j.run_at, j.id INTO free_run_at, free_id FROM awa.jobs AS j
         WHERE j.queue = lane.queue AND j.priority = lane.priority
+          AND (lane.partition_key IS NULL OR coalesce(j.partition_key, '') = lane.partition_key)
           AND (j.run_at, j.id) >= (first_run_at, first_id)
           AND (j.run_at, j.id) <= (m.hint_run_at, m.hint_id)
           AND j.run_at <= now() AND j.state = 'available'
