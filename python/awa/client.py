@@ -1028,6 +1028,7 @@ class AsyncClient:
         priority_aging_interval: float | datetime.timedelta | queues._Unset | None = queues.UNSET,
         global_max_running: int | queues._Unset | None = queues.UNSET,
         rate_limit: tuple[float, int] | queues._Unset | None = queues.UNSET,
+        fair: bool | queues._Unset = queues.UNSET,
     ) -> queues.QueueConfig:
         """Sets ``queue``'s flow control for the whole fleet; a setting not
         given keeps its value, ``None`` removes it. Every worker applies a
@@ -1042,13 +1043,18 @@ class AsyncClient:
         process's ``max_workers``. ``rate_limit=(max_rate_per_s, burst)``:
         at most that many jobs start per second across the fleet, ``burst``
         at once after a lull; a job held back waits, available, and is not
-        charged an attempt. See docs/flow-control.md."""
+        charged an attempt. ``fair=True``: claims go round-robin across the
+        partitions (``partition_key=`` on insert) that have jobs waiting, so
+        one tenant's backlog cannot hold back another's jobs; within a
+        partition the order stays priority, run_at, id. See
+        docs/flow-control.md."""
         return await queues.configure(
             await self._database(),
             queue,
             priority_aging_interval=priority_aging_interval,
             global_max_running=global_max_running,
             rate_limit=rate_limit,
+            fair=fair,
         )
 
     async def configure_rate_class(self, name: str, *, rate: float, burst: int) -> queues.RateClass:

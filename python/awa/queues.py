@@ -49,6 +49,9 @@ class QueueConfig:
     #: ``(max_rate_per_s, burst)``: claims start at most this many jobs a
     #: second across the fleet, with up to ``burst`` at once after a lull.
     rate_limit: tuple[float, int] | None = None
+    #: Whether claims go round-robin across the partitions (``partition_key=``)
+    #: with jobs waiting, rather than in key order across them all.
+    fair: bool = False
 
 
 class _Unset:
@@ -103,10 +106,13 @@ async def configure(
     priority_aging_interval: float | datetime.timedelta | _Unset | None = UNSET,
     global_max_running: int | _Unset | None = UNSET,
     rate_limit: RateLimit | _Unset | None = UNSET,
+    fair: bool | _Unset = UNSET,
 ) -> QueueConfig:
     """Sets the flow-control settings given (``None`` removes one) and keeps
     the others; returns the queue's settings."""
     check_queue(queue)
+    if not isinstance(fair, _Unset | bool):
+        raise ValidationError(f"fair: must be True or False (got {fair!r})", "fair")
     aging = (
         priority_aging_interval
         if isinstance(priority_aging_interval, _Unset)
@@ -125,6 +131,7 @@ async def configure(
         not isinstance(rate, _Unset),
         None if isinstance(rate, _Unset) or rate is None else rate[0],
         None if isinstance(rate, _Unset) or rate is None else rate[1],
+        not isinstance(fair, _Unset), None if isinstance(fair, _Unset) else fair,
     )  # fmt: skip
     return _config(row)
 
@@ -286,4 +293,5 @@ def _config(row: Any) -> QueueConfig:
         priority_aging_interval=row["priority_aging_s"],
         global_max_running=row["global_max_running"],
         rate_limit=None if row["rate_per_s"] is None else (row["rate_per_s"], row["rate_burst"]),
+        fair=row["fair"],
     )

@@ -41,8 +41,15 @@ async def claim_ids(conn: asyncpg.Connection, worker: int, count: int = 100) -> 
     return sorted(row["id"] for row in await claim(conn, ["q"], [count], worker))
 
 
-async def lane(conn: asyncpg.Connection, priority: int = 2) -> asyncpg.Record:
-    [row] = [r for r in await conn.fetch(Q("lanes_state")) if r["priority"] == priority]
+async def lane(
+    conn: asyncpg.Connection, priority: int = 2, partition_key: str | None = None
+) -> asyncpg.Record:
+    """Queue q's lane at ``priority``: its whole lane, or a partition lane."""
+    [row] = [
+        r
+        for r in await conn.fetch(Q("lanes_state"))
+        if r["queue"] == "q" and r["priority"] == priority and r["partition_key"] == partition_key
+    ]
     return row
 
 
@@ -67,16 +74,21 @@ async def test_a_claim_moves_the_hint_to_the_last_job_it_took(conn):
     assert (await lane(conn))["hint_id"] == 0
 
 
-async def test_the_first_claim_of_a_queue_opens_its_four_lanes(conn):
+async def test_the_first_claim_of_a_queue_opens_its_lanes(conn):
     worker = await register_worker(conn)
     await insert(conn, 1, queue="new")
     assert [row["id"] for row in await claim(conn, ["new"], [1], worker)]
     lanes = await conn.fetch(
-        "SELECT queue, priority FROM awa.lanes WHERE queue = 'new' ORDER BY priority"
+        "SELECT priority, partition_key FROM awa.lanes WHERE queue = 'new'"
+        " ORDER BY priority, partition_key NULLS FIRST"
     )
-    assert [(row["queue"], row["priority"]) for row in lanes] == [("new", p) for p in (1, 2, 3, 4)]
+    # At each priority, the whole lane and the partition lane of the jobs
+    # without a partition key.
+    assert [(row["priority"], row["partition_key"]) for row in lanes] == [
+        (p, k) for p in (1, 2, 3, 4) for k in (None, "")
+    ]
     # Opening them again makes none.
-    assert await conn.fetchval(Q("lanes_open"), ["new", "other"]) == 4
+    assert await conn.fetchval(Q("lanes_open"), ["new", "other"]) == 8
 
 
 async def test_a_job_committed_after_the_hint_passed_it_is_claimed_next(conn, database_url):
@@ -427,12 +439,14 @@ async def produce_and_claim(
     claimers: int,
     rollbacks: float,
     mixed: bool = False,
+    partitions: int = 0,
 ) -> tuple[list[int], list[int]]:
     """Three producers (half their transactions read first, some stay open a
     while) and ``claimers`` claimers (a ``rollbacks`` share of their claims
     rolled back) for two seconds; the jobs inserted and the jobs taken.
     ``mixed``: each insert has a random priority, and one in five is keyed
-    up to a second back."""
+    up to a second back. ``partitions``: each insert names one of that
+    many partitions, or (one in five) none."""
     stop = asyncio.Event()
     inserted: list[int] = []
     taken: list[int] = []
@@ -467,9 +481,12 @@ async def produce_and_claim(
             await connection.close()
 
     def fields() -> dict[str, Any]:
+        chosen: dict[str, Any] = {}
+        if partitions and rng.random() < 0.8:
+            chosen["partition_key"] = f"p{rng.randrange(partitions)}"
         if not mixed:
-            return {}
-        chosen: dict[str, Any] = {"priority": rng.randint(1, 4)}
+            return chosen
+        chosen["priority"] = rng.randint(1, 4)
         if rng.random() < 0.2:
             back = datetime.timedelta(seconds=rng.random())
             chosen["run_at"] = (datetime.datetime.now(datetime.UTC) - back).isoformat()

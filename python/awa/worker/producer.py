@@ -226,17 +226,18 @@ class Producer:
             if not self._in_flight:
                 self._no_claim_in_flight.set()
 
-    def _settings_of(self, queues: list[str]) -> tuple[Any, Any, Any]:
+    def _settings_of(self, queues: list[str]) -> tuple[Any, Any, Any, Any]:
         """What the claim needs of ``queues``' fleet-wide settings, as last
         read (``None`` before the first read: the claim reads them)."""
         settings = self.queue_settings
         if settings is None:
-            return None, None, None
-        aging_s, limited = settings.aging_s, settings.limited
+            return None, None, None, None
+        aging_s, limited, fair = settings.aging_s, settings.limited, settings.fair
         return (
             [aging_s.get(queue) for queue in queues],
             [queue in limited for queue in queues],
             settings.classes_configured,
+            [queue in fair for queue in queues],
         )
 
     def _look_again_later(self, rows: list[Any]) -> list[Any]:

@@ -69,6 +69,8 @@ class QueueSettingsWatcher:
         self.limited: frozenset[str] = frozenset()
         #: Whether any rate class is configured (a claim then checks classes).
         self.classes_configured = False
+        #: The served queues claimed round-robin across partitions.
+        self.fair: frozenset[str] = frozenset()
         self.reloads = 0
 
     def told(self) -> None:
@@ -85,6 +87,7 @@ class QueueSettingsWatcher:
             if row["priority_aging_s"] is not None
         }
         self.limited = frozenset(row["queue"] for row in rows if row["limited"])
+        self.fair = frozenset(row["queue"] for row in rows if row["fair"])
         self.classes_configured = bool(
             await self._db.fetchval("queue_settings_rate_classes_configured")
         )

@@ -231,13 +231,13 @@ SELECT * FROM claimed;
 
 -- name: jobs_claim_with_settings
 -- jobs_claim as a worker claims: $7 each queue's priority aging interval,
--- $8 whether each has a ceiling or a rate limit, and $9 whether any rate
--- class is configured, as the worker last read them (awa.worker.
--- queue_settings), so that the claim need not read them again.
+-- $8 whether each has a ceiling or a rate limit, $9 whether any rate class
+-- is configured, and $10 whether each is fair, as the worker last read them
+-- (awa.worker.queue_settings), so that the claim need not read them again.
 WITH claimed AS MATERIALIZED (
     SELECT * FROM awa.claim_v2($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[], $7::float8[], $8::boolean[],
-                               $9::boolean)
+                               $9::boolean, $10::boolean[])
 ), recorded AS (
     INSERT INTO awa.claims (worker_id, job_ids, deadline_at)
     SELECT $3::bigint, array_agg(claimed.id), min(claimed.attempt_deadline_at) FROM claimed

@@ -2,8 +2,9 @@
 -- (migration 0014, docs/storage.md, Lanes).
 
 -- name: lanes_list
--- Every lane's id, queue and priority.
-SELECT id, queue, priority FROM awa.lanes ORDER BY id;
+-- Every lane's id, queue, priority and partition (NULL: a whole lane; '':
+-- the partition lane of jobs without a partition key).
+SELECT id, queue, priority, partition_key FROM awa.lanes ORDER BY id;
 
 -- name: lanes_sweep
 -- Sweeps lane $1 for jobs a rolled-back claim left behind its hint (walking
@@ -16,7 +17,7 @@ SELECT awa.sweep_lane_v1($1::integer, $2::boolean, $3::integer) AS left_behind;
 -- transactions it has noted, and its pending lowerings (for tests and
 -- operators).
 SELECT DISTINCT ON (lanes.id)
-       lanes.id, lanes.queue, lanes.priority, moves.seq, moves.hint_run_at, moves.hint_id,
+       lanes.id, lanes.queue, lanes.priority, lanes.partition_key, moves.seq, moves.hint_run_at, moves.hint_id,
        moves.swept_run_at, moves.swept_id, moves.note_xid,
        (SELECT count(*) FROM awa.lane_lowerings WHERE lane_lowerings.lane_id = lanes.id)
            AS lowerings
@@ -25,7 +26,8 @@ JOIN awa.lane_moves AS moves ON moves.lane_id = lanes.id
 ORDER BY lanes.id, moves.seq DESC;
 
 -- name: lanes_open
--- Opens the lanes of queues $1 that have none (all four priorities, each
+-- Opens the lanes of queues $1 that have none (at all four priorities, the
+-- whole lane and the partition lane of jobs without a partition key, each
 -- starting before every job); a worker does it as it starts, so its claims
 -- do not (a claim that opens lanes holds them until it commits). Returns
 -- how many lanes it made.

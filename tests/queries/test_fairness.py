@@ -1,0 +1,175 @@
+"""Tenant fairness: a fair queue's claims go round-robin across the
+partitions with jobs waiting, through partition lanes that keep their own
+hints (migration 0022; docs/flow-control.md, docs/storage.md, Lanes)."""
+
+from __future__ import annotations
+
+import random
+
+import asyncpg
+import pytest
+
+from awa import sql
+from tests.queries.test_jobs_queries import claim, register_worker
+from tests.queries.test_lanes import claim_ids, lane, produce_and_claim
+
+Q = sql.query
+
+
+@pytest.fixture(autouse=True)
+async def _lanes_of_q(conn: asyncpg.Connection) -> None:
+    await conn.fetchval(Q("lanes_open"), ["q"])
+
+
+async def set_fair(conn: asyncpg.Connection, fair: bool) -> None:
+    await conn.fetchrow(
+        Q("queue_settings_configure"), "q", False, None, False, None, False, None, None, True, fair
+    )
+
+
+async def backlog(conn: asyncpg.Connection, partition: str | None, count: int) -> list[int]:
+    """``count`` jobs of queue q in ``partition``, inserted as other SQL
+    would (the trigger opens the partition's lanes)."""
+    return list(
+        await conn.fetchval(
+            "WITH made AS (INSERT INTO awa.jobs (kind, queue, priority, partition_key)"
+            " SELECT 'k', 'q', 2, $1 FROM generate_series(1, $2) RETURNING id)"
+            " SELECT array_agg(id ORDER BY id) FROM made",
+            partition,
+            count,
+        )
+    )
+
+
+async def partitions_of(conn: asyncpg.Connection, ids: list[int]) -> list[str | None]:
+    rows = await conn.fetch(
+        "SELECT partition_key FROM awa.jobs WHERE id = ANY ($1) ORDER BY id", ids
+    )
+    return [row["partition_key"] for row in rows]
+
+
+async def test_a_tenants_first_job_is_claimed_ahead_of_another_tenants_backlog(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "tenant-a", 10_000)
+    [b_job] = await backlog(conn, "tenant-b", 1)
+    taken = await claim_ids(conn, worker, 10)
+    assert b_job in taken
+    # The rest of the claim came from A's backlog, oldest first.
+    assert sorted(set(taken) - {b_job}) == a_jobs[: len(taken) - 1]
+
+
+async def test_without_fairness_the_backlog_goes_first(conn):
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "tenant-a", 100)
+    [b_job] = await backlog(conn, "tenant-b", 1)
+    assert await claim_ids(conn, worker, 10) == a_jobs[:10]
+    assert b_job not in await claim_ids(conn, worker, 80)
+
+
+async def test_claims_share_out_across_the_partitions_least_recently_served_first(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    for tenant in ("a", "b", "c", "d"):
+        await backlog(conn, tenant, 20)
+    seen: list[list[str | None]] = []
+    for _ in range(4):
+        seen.append(await partitions_of(conn, await claim_ids(conn, worker, 2)))
+    # Two of the four partitions a claim, each served once before any twice.
+    assert all(len(set(partitions)) == 2 for partitions in seen)
+    assert sorted(p for partitions in seen[:2] for p in partitions) == ["a", "b", "c", "d"]
+    assert sorted(p for partitions in seen[2:] for p in partitions) == ["a", "b", "c", "d"]
+
+
+async def test_a_claim_larger_than_the_shares_fills_from_the_partitions_with_more(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "a", 50)
+    b_jobs = await backlog(conn, "b", 2)
+    none_jobs = await backlog(conn, None, 3)
+    taken = await claim_ids(conn, worker, 20)
+    assert len(taken) == 20
+    assert set(b_jobs + none_jobs) <= set(taken)
+    assert sorted(set(taken) & set(a_jobs)) == a_jobs[:15]
+
+
+async def test_priority_still_comes_first_in_a_fair_queue(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    await backlog(conn, "a", 5)
+    urgent = await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, queue, priority, partition_key)"
+        " VALUES ('k', 'q', 1, 'b') RETURNING id"
+    )
+    rows = await claim(conn, ["q"], [1], worker)
+    assert [row["id"] for row in rows] == [urgent]
+
+
+async def test_turning_fairness_on_and_off_loses_and_repeats_no_job(conn):
+    worker = await register_worker(conn)
+    inserted: list[int] = []
+    taken: list[int] = []
+    for round_number in range(6):
+        await set_fair(conn, round_number % 2 == 0)
+        for tenant in ("a", "b", None):
+            inserted += await backlog(conn, tenant, 7)
+        taken += await claim_ids(conn, worker, 9)
+    await set_fair(conn, True)
+    taken += await claim_ids(conn, worker, 1000)
+    await set_fair(conn, False)
+    taken += await claim_ids(conn, worker, 1000)
+    assert len(taken) == len(set(taken))
+    assert sorted(taken) == sorted(inserted)
+
+
+async def test_a_job_made_claimable_again_behind_its_partition_lanes_hint_is_claimed(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    [job] = await backlog(conn, "a", 1)
+    assert await claim_ids(conn, worker, 10) == [job]
+    # Given back with its old key (a release at shutdown): the lowering
+    # reaches its partition lane.
+    await conn.execute(
+        "UPDATE awa.jobs SET state = 'available', attempt = 0 WHERE id = $1", job
+    )
+    assert await claim_ids(conn, worker, 10) == [job]
+
+
+async def test_the_sweep_finds_a_job_left_behind_a_partition_lanes_hint(conn):
+    """A job made available with the triggers off (as a claim that rolls
+    back leaves its jobs) waits only for its partition lane's sweep."""
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    [lost, *_] = await backlog(conn, "a", 3)
+    assert len(await claim_ids(conn, worker)) == 3
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", lost)
+    assert await claim_ids(conn, worker) == []
+    partition_lane = await lane(conn, 2, "a")
+    assert await conn.fetchval(Q("lanes_sweep"), partition_lane["id"], False, 1000) is True
+    assert await claim_ids(conn, worker) == [lost]
+
+
+async def test_fair_producers_and_claimers_at_once_claim_every_job_once_without_the_sweep(
+    conn, database_url
+):
+    """The lanes' stress test on a fair queue, with random partitions (and
+    jobs without one), priorities and back-dated jobs: every job is taken
+    exactly once by claims alone, and no partition lane's sweep from its
+    start finds anything left behind."""
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    inserted, taken = await produce_and_claim(
+        database_url, worker, random.Random(17), claimers=2, rollbacks=0.0, mixed=True,
+        partitions=5,
+    )  # fmt: skip
+    for _ in range(5):  # notes, lowerings and later levels are each used up by a claim
+        taken.extend(await claim_ids(conn, worker, 100_000))
+    assert len(inserted) > 100
+    assert set(await partitions_of(conn, inserted)) == {None, "p0", "p1", "p2", "p3", "p4"}
+    assert len(taken) == len(set(taken))
+    assert sorted(set(inserted) - set(taken)) == []
+    for row in await conn.fetch(Q("lanes_list")):
+        if row["queue"] == "q" and row["partition_key"] is not None:
+            assert await conn.fetchval(Q("lanes_sweep"), row["id"], True, 10**6) is False
