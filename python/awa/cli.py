@@ -178,6 +178,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RATE,BURST|none", help="at most RATE jobs start a second across the fleet, "
         "BURST at once after a lull",
     )  # fmt: skip
+    configure.add_argument(
+        "--fair", action=argparse.BooleanOptionalAction, default=UNSET,
+        help="claim round-robin across the partitions (partition_key=) with jobs waiting",
+    )  # fmt: skip
     drain = queue_commands.add_parser(
         "drain", help="wait until no running, due or retrying job is left (spec 002)"
     )
@@ -474,6 +478,7 @@ async def _queues_configure(options: argparse.Namespace) -> int:
             priority_aging_interval=options.priority_aging_interval,
             global_max_running=options.global_max_running,
             rate_limit=options.rate_limit,
+            fair=options.fair,
         )
     print(describe_queue(config))
     return 0
@@ -571,6 +576,8 @@ def describe_queue(config: QueueConfig) -> str:
     if config.rate_limit is not None:
         rate, burst = config.rate_limit
         limits.append(f"rate limit {rate:g}/s, burst {burst}")
+    if config.fair:
+        limits.append("fair across partitions")
     return "; ".join([line, *limits])
 
 

@@ -36,6 +36,18 @@ async def test_configure_sets_keeps_and_removes_flow_control(database_url, conn)
     assert code == 0 and "rate limit" not in out and "at most 3 running" in out
 
 
+async def test_configure_turns_fairness_on_and_off(database_url, conn):
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--fair", "--database-url", database_url
+    )
+    assert (code, out.strip()) == (0, "queue emails: not paused; fair across partitions")
+    assert await conn.fetchval("SELECT fair FROM awa.queue_settings WHERE queue = 'emails'")
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--no-fair", "--database-url", database_url
+    )
+    assert (code, out.strip()) == (0, "queue emails: not paused")
+
+
 async def test_configure_refuses_bad_values_by_name(database_url, conn):
     code, _, err = await run_awa(
         "queues", "configure", "emails", "--rate-limit", "50", "--database-url", database_url
