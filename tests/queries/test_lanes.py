@@ -582,3 +582,32 @@ async def test_the_claim_that_opens_a_queues_lanes_leaves_their_hints_before_eve
         await claimer.close()
         await inserter.close()
     assert [row["id"] for row in await claim(conn, ["fresh"], [10], worker)] == [job_id]
+
+
+async def test_a_sweep_pass_visits_only_the_lanes_with_something_to_sweep(conn):
+    """A lane claimed from since its last sweep is listed; once swept (and
+    its older moves gone) it is not, until a claim moves it again; a pass
+    from the start lists every lane."""
+    worker = await register_worker(conn)
+    await insert(conn, 3)
+    assert len(await claim_ids(conn, worker)) == 3
+    moved = (await lane(conn))["id"]
+
+    async def to_sweep(from_start: bool = False) -> set[int]:
+        return {row["id"] for row in await conn.fetch(Q("lanes_to_sweep"), from_start)}
+
+    assert moved in await to_sweep()
+    # The sweep keeps moves made in the last 10 seconds: drop the older one
+    # as if that long had passed.
+    await conn.execute(
+        "UPDATE awa.lane_moves SET made_at = made_at - interval '1 minute' WHERE lane_id = $1",
+        moved,
+    )
+    assert await conn.fetchval(Q("lanes_sweep"), moved, False, 1000) is False
+    assert await conn.fetchval(Q("lanes_sweep"), moved, False, 1000) is False
+    assert moved not in await to_sweep()
+    everything = {row["id"] for row in await conn.fetch(Q("lanes_list"))}
+    assert await to_sweep(True) == everything
+    await insert(conn, 1)
+    assert len(await claim_ids(conn, worker)) == 1
+    assert moved in await to_sweep()

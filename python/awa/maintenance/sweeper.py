@@ -9,7 +9,8 @@ jobs and moved the hint past them. For each lane one statement
 (``lanes_sweep``, ``awa.sweep_lane_v1``) walks the jobs claimed since its
 last pass, up to the hint, and lowers the hint to the first available job
 nobody holds; it also scans for the lane's pending lowerings and deletes
-its older moves. A pass costs what was claimed since the last one.
+its older moves. A pass costs what was claimed since the last one: a lane
+nothing happened in since (``lanes_to_sweep``) is not visited.
 
 As a last net, every ``full_sweep_interval`` the walk starts again from each
 lane's beginning (and at once when the database's clock went back, which
@@ -62,14 +63,15 @@ class Sweeper:
             from_start = True
             self._next_full_sweep = time.monotonic() + self._full_sweep_interval_s
         found = 0
-        for lane in await self._db.fetch("lanes_list"):
+        for lane in await self._db.fetch("lanes_to_sweep", from_start):
             if await self._db.fetchval("lanes_sweep", lane["id"], from_start, SWEEP_WALK_LIMIT):
                 found += 1
                 self.found += 1
                 log.warning(
-                    "queue %r, priority %d: found jobs left behind by a claim that did not "
+                    "queue %r, priority %d%s: found jobs left behind by a claim that did not "
                     "commit; claims take them now",
                     lane["queue"],
                     lane["priority"],
+                    "" if lane["partition_key"] is None else f", partition {lane['partition_key']!r}",
                 )
         return found

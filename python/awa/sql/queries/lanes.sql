@@ -6,6 +6,27 @@
 -- the partition lane of jobs without a partition key).
 SELECT id, queue, priority, partition_key FROM awa.lanes ORDER BY id;
 
+-- name: lanes_to_sweep
+-- The lanes a sweep pass has work in: every lane when $1 (a pass from the
+-- start); otherwise those claimed from since their last sweep, with
+-- lowerings, with older moves to delete, or whose clock is ahead of the
+-- database's (it went back). An idle lane, of which a fair queue may have
+-- thousands, costs a pass nothing more than this read.
+SELECT lanes.id, lanes.queue, lanes.priority, lanes.partition_key
+FROM awa.lanes
+CROSS JOIN LATERAL (SELECT mv.seq, mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id,
+                           mv.clock
+                    FROM awa.lane_moves AS mv
+                    WHERE mv.lane_id = lanes.id
+                    ORDER BY mv.seq DESC LIMIT 1) AS newest
+WHERE $1::boolean
+   OR (newest.swept_run_at, newest.swept_id) < (newest.hint_run_at, newest.hint_id)
+   OR newest.clock > clock_timestamp() + interval '1 second'
+   OR EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
+   OR EXISTS (SELECT FROM awa.lane_moves AS older
+              WHERE older.lane_id = lanes.id AND older.seq < newest.seq)
+ORDER BY lanes.id;
+
 -- name: lanes_sweep
 -- Sweeps lane $1 for jobs a rolled-back claim left behind its hint (walking
 -- at most $3 jobs; from the lane's start when $2), and deletes its older
