@@ -39,6 +39,9 @@ pub struct JobInput {
     pub schema_version: Option<i64>,
     /// The rate class whose shared tokens its claim spends; `None`: none.
     pub rate_class: Option<String>,
+    /// The partition (tenant) its queue shares fairly with others; `None`:
+    /// no partition.
+    pub partition_key: Option<String>,
 }
 
 /// A job's unique key and the states in which an existing job conflicts.
@@ -69,6 +72,7 @@ pub struct NewJob {
     /// that never declare a version are written as before.
     pub schema_version: Option<i16>,
     pub rate_class: Option<String>,
+    pub partition_key: Option<String>,
 }
 
 impl NewJob {
@@ -97,6 +101,9 @@ impl NewJob {
             .filter(|&version| version > 1);
         if let Some(class) = &input.rate_class {
             payload::check_rate_class(class)?;
+        }
+        if let Some(partition) = &input.partition_key {
+            payload::check_partition_key(partition)?;
         }
         let tags = match input.tags {
             None => None,
@@ -136,6 +143,7 @@ impl NewJob {
             deadline_us,
             schema_version,
             rate_class: input.rate_class,
+            partition_key: input.partition_key,
         })
     }
 
@@ -220,6 +228,10 @@ impl NewJob {
         if let Some(class) = &self.rate_class {
             key(writer, "rate_class", false);
             write_lossy_string(writer, class);
+        }
+        if let Some(partition) = &self.partition_key {
+            key(writer, "partition_key", false);
+            write_lossy_string(writer, partition);
         }
         writer.end_object();
     }
@@ -389,14 +401,18 @@ impl InsertBatch {
             "metadata",
             "run_at",
         ]);
-        if self.has_limits() {
+        let sent = self.optional_columns();
+        if sent.limits {
             columns.extend(["timeout_ms", "deadline_at"]);
         }
-        if self.has_schema_versions() {
+        if sent.schema_version {
             columns.push("schema_version");
         }
-        if self.has_rate_classes() {
+        if sent.rate_class {
             columns.push("rate_class");
+        }
+        if sent.partition_key {
+            columns.push("partition_key");
         }
         columns
     }
@@ -410,53 +426,45 @@ impl InsertBatch {
         if ids.is_some_and(|ids| ids.len() != self.jobs.len()) {
             return Err(Invalid::new("ids", "one id is needed per row"));
         }
-        let with_limits = self.has_limits();
-        let with_versions = self.has_schema_versions();
-        let with_classes = self.has_rate_classes();
+        let sent = self.optional_columns();
         let mut out = String::with_capacity(self.jobs.len() * 96);
         for (row, job) in self.jobs.iter().enumerate() {
             if let Some(ids) = ids {
                 out.push_str(&ids[row].to_string());
                 out.push('\t');
             }
-            copy_row(
-                &mut out,
-                job,
-                now_us,
-                with_limits,
-                with_versions,
-                with_classes,
-            );
+            copy_row(&mut out, job, now_us, sent);
         }
         Ok(out)
     }
 
-    /// Whether any job has its own timeout or deadline (COPY then sends both).
-    fn has_limits(&self) -> bool {
-        self.jobs
-            .iter()
-            .any(|job| job.timeout_ms.is_some() || job.deadline_us.is_some())
-    }
-
-    /// Whether any job has a schema version past 1 (COPY then sends the column).
-    fn has_schema_versions(&self) -> bool {
-        self.jobs.iter().any(|job| job.schema_version.is_some())
-    }
-
-    /// Whether any job has a rate class (COPY then sends the column).
-    fn has_rate_classes(&self) -> bool {
-        self.jobs.iter().any(|job| job.rate_class.is_some())
+    /// The optional columns COPY sends: each only when some job has a value
+    /// for it.
+    fn optional_columns(&self) -> OptionalColumns {
+        let mut sent = OptionalColumns::default();
+        for job in &self.jobs {
+            sent.limits |= job.timeout_ms.is_some() || job.deadline_us.is_some();
+            sent.schema_version |= job.schema_version.is_some();
+            sent.rate_class |= job.rate_class.is_some();
+            sent.partition_key |= job.partition_key.is_some();
+        }
+        sent
     }
 }
 
-fn copy_row(
-    out: &mut String,
-    job: &NewJob,
-    now_us: i64,
-    with_limits: bool,
-    with_versions: bool,
-    with_classes: bool,
-) {
+/// Which optional columns a COPY sends (see [`InsertBatch::copy_columns`]).
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(clippy::struct_excessive_bools)] // one flag per optional column
+struct OptionalColumns {
+    /// `timeout_ms` and `deadline_at`: some job has its own timeout or deadline.
+    limits: bool,
+    /// Some job has a schema version past 1.
+    schema_version: bool,
+    rate_class: bool,
+    partition_key: bool,
+}
+
+fn copy_row(out: &mut String, job: &NewJob, now_us: i64, sent: OptionalColumns) {
     let state = if job.is_available(now_us) {
         "available"
     } else {
@@ -484,19 +492,23 @@ fn copy_row(
     out.push_str(&payload::format_timestamp_us(
         job.run_at_us.unwrap_or(now_us),
     ));
-    if with_limits {
+    if sent.limits {
         out.push('\t');
         optional_copy_value(out, job.timeout_ms.map(|ms| ms.to_string()));
         out.push('\t');
         optional_copy_value(out, job.deadline_us.map(payload::format_timestamp_us));
     }
-    if with_versions {
+    if sent.schema_version {
         out.push('\t');
         optional_copy_value(out, job.schema_version.map(|version| version.to_string()));
     }
-    if with_classes {
+    if sent.rate_class {
         out.push('\t');
         optional_copy_field(out, job.rate_class.as_deref());
+    }
+    if sent.partition_key {
+        out.push('\t');
+        optional_copy_field(out, job.partition_key.as_deref());
     }
     out.push('\n');
 }
@@ -568,6 +580,7 @@ mod tests {
             deadline_us: None,
             schema_version: None,
             rate_class: None,
+            partition_key: None,
         }
     }
 
@@ -605,6 +618,22 @@ mod tests {
             ),
             ("args", Box::new(|job| job.args = "[1]".into())),
             ("metadata", Box::new(|job| job.metadata = Some("3".into()))),
+            (
+                "rate_class",
+                Box::new(|job| job.rate_class = Some("a b".into())),
+            ),
+            (
+                "partition_key",
+                Box::new(|job| job.partition_key = Some(String::new())),
+            ),
+            (
+                "partition_key",
+                Box::new(|job| job.partition_key = Some("k".repeat(256))),
+            ),
+            (
+                "partition_key",
+                Box::new(|job| job.partition_key = Some("a\tb".into())),
+            ),
         ];
         for (field, spoil) in cases {
             let mut job = input();
@@ -705,6 +734,29 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].ends_with("\t\\N"), "{text}");
         assert!(lines[1].ends_with("\t3"), "{text}");
+    }
+
+    #[test]
+    fn a_partition_key_is_written_where_given_and_copy_sends_it_only_when_some_job_has_one() {
+        let mut batch = InsertBatch::with_capacity(2);
+        batch.push(NewJob::check(input(), None).unwrap()).unwrap();
+        assert!(!batch.json_rows().contains("partition_key"));
+        assert!(!batch.copy_columns(false).contains(&"partition_key"));
+        let mut keyed = input();
+        keyed.partition_key = Some("tenant\\7 \"eu\"".into());
+        batch.push(NewJob::check(keyed, None).unwrap()).unwrap();
+        assert!(
+            batch
+                .json_rows()
+                .ends_with(r#""partition_key":"tenant\\7 \"eu\""}]"#),
+            "{}",
+            batch.json_rows()
+        );
+        assert_eq!(batch.copy_columns(false).last(), Some(&"partition_key"));
+        let text = batch.copy_text(1_000, None).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("+00\t\\N"), "{text}");
+        assert!(lines[1].ends_with("+00\ttenant\\\\7 \"eu\""), "{text}");
     }
 
     #[test]

@@ -61,6 +61,51 @@ pub fn check_rate_class(value: &str) -> Result<(), Invalid> {
     check_grammar_name("rate_class", "a rate class name", value)
 }
 
+/// The longest partition key, in characters.
+pub const MAX_PARTITION_KEY_CHARS: usize = 255;
+
+/// A partition key (the tenant whose jobs share a queue fairly with
+/// others'): 1–255 characters, none of them a control character (see
+/// [`is_control_character`]). Any other text is a key, spaces and `/`
+/// included.
+pub fn check_partition_key(value: &str) -> Result<(), Invalid> {
+    const FIELD: &str = "partition_key";
+    let chars = value.chars().count();
+    if chars == 0 {
+        return Err(Invalid::new(FIELD, "must not be empty"));
+    }
+    if chars > MAX_PARTITION_KEY_CHARS {
+        return Err(Invalid::new(
+            FIELD,
+            format!("must be at most {MAX_PARTITION_KEY_CHARS} characters (got {chars})"),
+        ));
+    }
+    if let Some((index, control)) = value
+        .chars()
+        .enumerate()
+        .find(|&(_, c)| is_control_character(c))
+    {
+        return Err(Invalid::new(
+            FIELD,
+            format!(
+                "must not contain control characters (U+{:04X} at character {index})",
+                u32::from(control)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What `awa.jobs`'s check on `partition_key` (`[[:cntrl:]]`) may refuse,
+/// whatever the database's locale: Unicode's `Cc` (U+0000–U+001F,
+/// U+007F–U+009F; all that the C and C.UTF-8 locales count), plus the line
+/// and paragraph separators (U+2028, U+2029) that glibc's UTF-8 locales
+/// count and the interlinear annotation characters (U+FFF9–U+FFFB) that
+/// musl counts, so no key this accepts fails that check there.
+pub fn is_control_character(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 fn check_grammar_name(field: &str, what: &str, value: &str) -> Result<(), Invalid> {
     let chars = value.chars().count();
     if chars == 0 {
@@ -380,6 +425,49 @@ mod tests {
             "queue: \"a b\" is not a queue name: use letters, digits, '.', '_' and '-', \
              starting with a letter or digit"
         );
+    }
+
+    #[test]
+    fn partition_keys_are_1_to_255_characters_without_control_characters() {
+        for good in [
+            "t",
+            "tenant 7/eu",
+            "é",
+            "😀",
+            &"k".repeat(255),
+            &"é".repeat(255),
+        ] {
+            assert!(check_partition_key(good).is_ok(), "{good:?}");
+        }
+        assert_eq!(
+            check_partition_key("").unwrap_err().to_string(),
+            "partition_key: must not be empty"
+        );
+        assert_eq!(
+            check_partition_key(&"é".repeat(256))
+                .unwrap_err()
+                .to_string(),
+            "partition_key: must be at most 255 characters (got 256)"
+        );
+        for (bad, code, at) in [
+            ("a\0b", "U+0000", 1),
+            ("\tx", "U+0009", 0),
+            ("ab\n", "U+000A", 2),
+            ("a\u{7f}", "U+007F", 1),
+            ("é\u{85}", "U+0085", 1),
+            ("\u{9f}", "U+009F", 0),
+            ("a\u{2028}", "U+2028", 1),
+            ("\u{2029}", "U+2029", 0),
+            ("x\u{FFFB}", "U+FFFB", 1),
+        ] {
+            assert_eq!(
+                check_partition_key(bad).unwrap_err().to_string(),
+                format!(
+                    "partition_key: must not contain control characters ({code} at character {at})"
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -113,6 +113,7 @@ class _InsertOptions(Protocol):
     deadline_us: int | None
     schema_version: object
     rate_class: object
+    partition_key: object
 
 _Resolver: TypeAlias = Callable[
     [object, object, object],
@@ -140,6 +141,7 @@ class _StagedRow(TypedDict):
     deadline_us: int | None
     schema_version: int | None
     rate_class: str | None
+    partition_key: str | None
 
 def check_queue_name(name: str) -> None:
     """Raises ``ValueError`` (saying which rule ``name`` breaks) unless it is
@@ -261,9 +263,9 @@ class InsertRows:
         queue)`` is called once per distinct argument type, ``kind`` and
         ``queue`` option and returns the kind and queue to use, the queue's
         default ``max_crashes`` (used where ``max_crashes_from_queue``), a
-        check to call on each job's arguments (or ``None``) and the kind's
+        check to call on each job's arguments (or ``None``), the kind's
         task's schema version (used where the options give none; ``None``
-        is 1).
+        is 1) and its rate class (likewise; ``None``: none).
 
         Limits: ``kind`` and ``queue`` are strings of 1-200 characters;
         ``priority`` 1-4; ``max_attempts`` 1-1000; ``max_crashes`` 0-10 000 or
@@ -276,7 +278,12 @@ class InsertRows:
         epoch) within the years 1-9999, errors naming ``timeout`` and
         ``deadline``; ``schema_version`` (``None``: the resolver's) 1 to
         32 767, version 1 written as no version (``None`` in :meth:`rows`,
-        left out of :meth:`json_rows` and COPY). Integers must be ``int``
+        left out of :meth:`json_rows` and COPY); ``rate_class`` (``None``:
+        the resolver's) a queue name's grammar; ``partition_key``
+        (``None``: no partition) a string of 1-255 characters without a
+        control character (Unicode's Cc, and U+2028, U+2029 and
+        U+FFF9-U+FFFB, which some locales' ``[[:cntrl:]]`` count; the error
+        names the first and its position). Integers must be ``int``
         (``bool`` is refused) and no text may hold a NUL character.
 
         ``unique``, ``(by_args, by_queue, period_s, states_mask)``, gives the
@@ -312,7 +319,8 @@ class InsertRows:
         ``awa.job_input`` type (``kind``, ``queue``, ``args``, ``priority``,
         ``max_attempts``, ``max_crashes``, ``run_at``, ``tags``,
         ``metadata``, ``unique_key``, ``unique_states``, ``timeout_ms``,
-        ``deadline_at``, ``schema_version``, ``rate_class``), absent values left out,
+        ``deadline_at``, ``schema_version``, ``rate_class``,
+        ``partition_key``), absent values left out,
         moments as UTC timestamp text (``2026-11-30 16:33:51.123456+00``,
         which PostgreSQL reads exactly), the unique key as bytea text (``\\x…``): the one parameter
         of ``jobs_insert`` and ``jobs_insert_follow_ups``."""
@@ -363,7 +371,10 @@ class InsertRows:
     def copy_columns(self, with_ids: bool = False) -> list[str]:
         """The column list matching :meth:`copy_text`: ``id`` first when
         ``with_ids``; ``run_at`` always (left to its default, a volatile
-        function, it would make PostgreSQL write the rows one by one)."""
+        function, it would make PostgreSQL write the rows one by one); an
+        optional column (``timeout_ms`` and ``deadline_at``,
+        ``schema_version``, ``rate_class``, ``partition_key``) only when
+        some row has a value for it."""
 
     def available_queues(self, now_us: int) -> list[str]:
         """The queues, sorted and without repeats, that receive a job

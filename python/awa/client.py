@@ -613,8 +613,13 @@ class AsyncClient:
 
         ``options`` are :class:`awa.InsertOptions`: ``kind``, ``queue``,
         ``priority``, ``max_attempts``, ``max_crashes``, ``run_at``,
-        ``tags``, ``metadata``, ``timeout``, ``deadline`` and
-        ``unique_opts``, each with its limits there. Every limit is checked
+        ``tags``, ``metadata``, ``timeout``, ``deadline``,
+        ``schema_version``, ``rate_class``, ``partition_key`` and
+        ``unique_opts``, each with its limits there. ``partition_key`` (1–255
+        characters, no control characters) names the tenant the job belongs
+        to: in a queue configured ``fair=True`` (:meth:`configure_queue`)
+        claims take the tenants' jobs in turn. The returned job carries its
+        ``rate_class`` and ``partition_key``. Every limit is checked
         before any SQL; a violation raises :class:`awa.ValidationError`
         naming the field, and an unknown option name is refused the same
         way. A ``run_at`` in the past makes the job available at once; a

@@ -53,7 +53,10 @@ class CopyInsertOptions(TypedDict, total=False):
     ``schema_version`` (1–32 767; default: the kind's task's, else 1) is
     the version the arguments are written at (see ``@client.task``);
     ``rate_class`` names the shared token budget its claim spends (default:
-    the kind's task's; see ``configure_rate_class``).
+    the kind's task's; see ``configure_rate_class``); ``partition_key``
+    (1–255 characters, no control characters; default: none) names the
+    tenant whose jobs share the queue fairly with other tenants' (no task
+    default: it belongs to each insert).
     """
 
     kind: str | None
@@ -68,6 +71,7 @@ class CopyInsertOptions(TypedDict, total=False):
     deadline: datetime.datetime | datetime.timedelta | None
     schema_version: int | None
     rate_class: str | None
+    partition_key: str | None
 
 
 class InsertOptions(CopyInsertOptions, total=False):
@@ -191,6 +195,8 @@ class InsertOpts:
     schema_version: Any = None
     #: ``None``: the kind's task's rate class (the registry's resolution).
     rate_class: Any = None
+    #: ``None``: no partition.
+    partition_key: Any = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any], where: str = "options") -> InsertOpts:
@@ -218,6 +224,7 @@ class InsertOpts:
             deadline_us=None if deadline is None else moment_us(deadline, "deadline"),
             schema_version=options.get("schema_version"),
             rate_class=options.get("rate_class"),
+            partition_key=options.get("partition_key"),
         )
 
 

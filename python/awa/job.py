@@ -54,7 +54,8 @@ class JobState(StrEnum):
 _TERMINAL = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})
 _STATE_BY_NAME: Mapping[str, JobState] = {state.value: state for state in JobState}
 
-#: The columns every job query returns, by name (python/awa/sql/queries/jobs.sql).
+#: The columns every job query returns, by name (python/awa/sql/queries/jobs.sql);
+#: a claim's rows lack :data:`OPTIONAL_JOB_COLUMNS`.
 JOB_COLUMNS: Final = (
     "id",
     "run_lease",
@@ -77,7 +78,13 @@ JOB_COLUMNS: Final = (
     "callback_id",
     "callback_timeout_at",
     "schema_version",
+    "rate_class",
+    "partition_key",
 )
+
+#: The columns a row may lack (``awa.claim_v2`` returns neither); a job read
+#: from such a row has ``None`` for them.
+OPTIONAL_JOB_COLUMNS: Final = ("rate_class", "partition_key")
 
 ArgsDecoder = Callable[[str], Any]
 
@@ -143,8 +150,10 @@ class Job(Generic[T_co]):
         "kind",
         "max_attempts",
         "max_crashes",
+        "partition_key",
         "priority",
         "queue",
+        "rate_class",
         "run_at",
         "run_lease",
         "schema_version",
@@ -173,6 +182,13 @@ class Job(Generic[T_co]):
     #: none): as stored, or the version of this process's task for the kind
     #: when the arguments were upcast to it (see ``@client.task``).
     schema_version: int
+    #: The rate class whose shared budget its claims spend (``rate_class=``
+    #: at insert, else its task's), or ``None``. ``None`` also in a job a
+    #: claim handed to a handler (see :data:`OPTIONAL_JOB_COLUMNS`).
+    rate_class: str | None
+    #: The partition (tenant) it was inserted for (``partition_key=``), or
+    #: ``None``. ``None`` also in a job a claim handed to a handler.
+    partition_key: str | None
     _args_json: str
     _metadata_json: str | None
     _errors_json: str | None
@@ -229,6 +245,8 @@ class Job(Generic[T_co]):
         job.callback_id = row["callback_id"]
         job.callback_timeout_at = row["callback_timeout_at"]
         job.schema_version = self.schema_version
+        job.rate_class = self.rate_class
+        job.partition_key = self.partition_key
         job._decode_args = self._decode_args
         job._args = _UNSET
         job._metadata = _UNSET
@@ -333,6 +351,8 @@ def fill(
     job._errors_json = row["errors"]
     job.callback_id = row["callback_id"]
     job.callback_timeout_at = row["callback_timeout_at"]
+    job.rate_class = row.get("rate_class")
+    job.partition_key = row.get("partition_key")
     job._decode_args = decode_args or _core.decode_json
     job._args = _UNSET
     job._metadata = _UNSET

@@ -74,6 +74,8 @@ struct OptionSet {
     schema_version: Option<i64>,
     /// `None`: the kind's task's rate class (the registry's answer).
     rate_class: Option<String>,
+    /// `None`: no partition (there is no task default).
+    partition_key: Option<String>,
 }
 
 /// A job's `max_crashes` option.
@@ -180,6 +182,7 @@ impl InsertRows {
                 dict.set_item("deadline_us", job.deadline_us)?;
                 dict.set_item("schema_version", job.schema_version)?;
                 dict.set_item("rate_class", &job.rate_class)?;
+                dict.set_item("partition_key", &job.partition_key)?;
                 Ok(dict)
             })
             .collect()
@@ -365,6 +368,7 @@ impl InsertRows {
                     .rate_class
                     .clone()
                     .or_else(|| resolution.rate_class.clone()),
+                partition_key: set.partition_key.clone(),
             };
             let job =
                 NewJob::check(input, Some(now_us)).map_err(|invalid| refusal.err(&invalid))?;
@@ -462,6 +466,9 @@ fn read_options(options: &Bound<'_, PyAny>, refusal: Refusal) -> PyResult<Option
         schema_version: optional_int("schema_version", "schema_version")?,
         rate_class: optional("rate_class")?
             .map(|value| text_field("rate_class", &value).map_err(fail))
+            .transpose()?,
+        partition_key: optional("partition_key")?
+            .map(|value| text_field("partition_key", &value).map_err(fail))
             .transpose()?,
     })
 }

@@ -28,6 +28,7 @@ def add(
     deadline_us: Any = None,
     schema_version: Any = None,
     rate_class: Any = None,
+    partition_key: Any = None,
 ) -> None:
     """Checks one job and appends it, its options in an object read by name
     (as :class:`awa.inserts.InsertOpts` is)."""
@@ -46,6 +47,7 @@ def add(
         deadline_us=deadline_us,
         schema_version=schema_version,
         rate_class=rate_class,
+        partition_key=partition_key,
     )
     rows.add_many([args], options, as_given, now_us=now_us, batch=batch)
 

@@ -257,6 +257,67 @@ def test_tags_must_be_iterable() -> None:
     assert refusal(tags=5).field == "tags"
 
 
+# ── partition keys ──────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    "partition_key", ["t", "tenant 7/eu", "ACME Corp.", "é" * 255, "\U0001f600" * 255, "a\\b"]
+)
+def test_partition_keys_of_1_to_255_characters_are_accepted(partition_key: str) -> None:
+    rows = rows_of(job(partition_key=partition_key))
+    assert column(rows, "partition_key") == [partition_key]
+
+
+def test_no_partition_key_is_no_partition() -> None:
+    rows = rows_of(job())
+    assert column(rows, "partition_key") == [None]
+    assert "partition_key" not in json_rows(rows)[0]
+
+
+@pytest.mark.parametrize(
+    ("partition_key", "message"),
+    [
+        ("", "partition_key: must not be empty"),
+        ("k" * 256, "partition_key: must be at most 255 characters (got 256)"),
+        ("é" * 300, "partition_key: must be at most 255 characters (got 300)"),
+        ("a\0b", "partition_key: must not contain control characters (U+0000 at character 1)"),
+        ("tenant\t7", "partition_key: must not contain control characters (U+0009 at character 6)"),
+        ("a\nb", "partition_key: must not contain control characters (U+000A at character 1)"),
+        ("\x7f", "partition_key: must not contain control characters (U+007F at character 0)"),
+        ("é\x85", "partition_key: must not contain control characters (U+0085 at character 1)"),
+        ("a\u2028", "partition_key: must not contain control characters (U+2028 at character 1)"),
+    ],
+)
+def test_a_bad_partition_key_is_refused_saying_why(partition_key: str, message: str) -> None:
+    error = refusal(partition_key=partition_key)
+    assert error.field == "partition_key"
+    assert str(error) == message
+    assert error.__cause__ is None
+
+
+@pytest.mark.parametrize(
+    ("partition_key", "type_name"), [(7, "int"), (b"t", "bytes"), (["t"], "list")]
+)
+def test_a_partition_key_must_be_a_string(partition_key: object, type_name: str) -> None:
+    error = refusal(partition_key=partition_key)
+    assert error.field == "partition_key"
+    assert str(error) == f"partition_key: must be a string (got {type_name})"
+
+
+def test_a_lone_surrogate_in_a_partition_key_is_refused() -> None:
+    assert refusal(partition_key="t\ud800").field == "partition_key"
+
+
+def test_a_bad_partition_key_in_a_batch_names_the_jobs_position() -> None:
+    rows = _core.InsertRows()
+    add(rows, **job(partition_key="fine"), batch=True)
+    with pytest.raises(awa.ValidationError) as caught:
+        add(rows, **job(partition_key=""), batch=True)
+    assert str(caught.value) == "jobs[1].partition_key: must not be empty"
+    assert caught.value.field == "partition_key"
+    assert len(rows) == 1
+
+
 # ── run_at ──────────────────────────────────────────────────────────────
 
 
@@ -549,6 +610,17 @@ def test_copy_text_needs_one_id_per_row() -> None:
 
 def test_copy_text_of_no_rows_is_empty() -> None:
     assert _core.InsertRows().copy_text(0) == b""
+
+
+def test_copy_sends_partition_keys_only_when_some_row_has_one() -> None:
+    plain = rows_of(job())
+    assert "partition_key" not in plain.copy_columns()
+    rows = rows_of(job(), job(partition_key='tenant\\7 "eu"'))
+    assert rows.copy_columns()[-1] == "partition_key"
+    first, second = copy_lines(rows, 0)
+    assert first[-1] == "\\N"
+    assert second[-1] == 'tenant\\\\7 "eu"'
+    assert json_rows(rows)[1]["partition_key"] == 'tenant\\7 "eu"'
 
 
 # ── queues to notify ────────────────────────────────────────────────────

@@ -407,6 +407,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         unique=(True, True, None, 3),
         schema_version=4,
         rate_class="partner-api",
+        partition_key="tenant 7",
     )
     plain, full = rows.rows()
     assert plain == {
@@ -425,6 +426,7 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "deadline_us": None,
         "schema_version": None,
         "rate_class": None,
+        "partition_key": None,
     }
     assert full == {
         "kind": "resize",
@@ -442,4 +444,5 @@ def test_rows_show_each_row_as_a_dict() -> None:
         "deadline_us": None,
         "schema_version": 4,
         "rate_class": "partner-api",
+        "partition_key": "tenant 7",
     }

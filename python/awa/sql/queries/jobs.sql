@@ -2,8 +2,10 @@
 -- id, run_lease, kind, queue, state, priority, attempt, max_attempts,
 -- crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
 -- args, tags, metadata, errors, callback_id, callback_timeout_at,
--- schema_version (see awa/job.py; jobs_claim returns attempt_deadline_at
--- before it). Times are stored as timestamptz and `now()` is always the
+-- schema_version, rate_class, partition_key (see awa/job.py; jobs_claim
+-- returns attempt_deadline_at and schema_version after callback_timeout_at,
+-- and neither rate_class nor partition_key: a claimed job reads them as
+-- NULL). Times are stored as timestamptz and `now()` is always the
 -- database's clock.
 
 -- name: jobs_insert
@@ -24,7 +26,8 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class,
+           r.partition_key
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     -- In key order, so two inserts never wait on each other crosswise.
@@ -36,20 +39,23 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at, schema_version, rate_class)
+                          timeout_ms, deadline_at, schema_version, rate_class, partition_key)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class,
+           partition_key
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
     RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
               crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-              args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
+              args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
+              rate_class, partition_key
 ), lowered AS (
-    SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
+    SELECT awa.lower_lane_v2(inserted.queue, inserted.priority, inserted.partition_key,
+                             inserted.run_at, inserted.id)
     FROM inserted JOIN input USING (id)
     WHERE inserted.state = 'available' AND input.backdated
 ), notified AS (
@@ -74,7 +80,8 @@ WITH enqueued AS MATERIALIZED (
     SELECT nextval('awa.jobs_id_seq') AS id, r.ordinality AS ord, r.kind, r.queue, r.args,
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
-           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class
+           r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class,
+           r.partition_key
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -85,18 +92,20 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at, schema_version, rate_class)
+                          timeout_ms, deadline_at, schema_version, rate_class, partition_key)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
-           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class
+           unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class,
+           partition_key
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
-    RETURNING id, queue, priority, run_at, state
+    RETURNING id, queue, priority, partition_key, run_at, state
 ), lowered AS (
-    SELECT awa.lower_lane_v1(inserted.queue, inserted.priority, inserted.run_at, inserted.id)
+    SELECT awa.lower_lane_v2(inserted.queue, inserted.priority, inserted.partition_key,
+                             inserted.run_at, inserted.id)
     FROM inserted JOIN input USING (id)
     WHERE inserted.state = 'available' AND input.backdated
 ), notified AS (
@@ -138,7 +147,8 @@ SELECT count(pg_notify('awa_available', queue)) AS notified FROM unnest($1::text
 -- Jobs by id, in id order.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
+       rate_class, partition_key
 FROM awa.jobs
 WHERE id = ANY($1::bigint[])
 ORDER BY id;
@@ -151,7 +161,8 @@ ORDER BY id;
 -- caller keeps its own.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version
+       args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
+       rate_class, partition_key
 FROM awa.jobs
 WHERE id BETWEEN $1 AND $2
 ORDER BY id;
@@ -163,7 +174,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
 FROM awa.jobs
 WHERE id = $1;
 
@@ -174,7 +185,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -274,7 +285,8 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
           jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
           jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
           jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-          jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+          jobs.rate_class, jobs.partition_key;
 
 -- name: jobs_finish_batch
 -- Applies a batch of attempt outcomes, one array per column. Each row is
@@ -408,7 +420,7 @@ WITH parked AS (
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
               jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
-              parked.attempt AS parked_attempt
+              jobs.rate_class, jobs.partition_key, parked.attempt AS parked_attempt
 ), notified AS (
     SELECT pg_notify('awa_available', queue) FROM resolved WHERE state = 'available'
 ), told AS (
@@ -453,7 +465,7 @@ RETURNING id;
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
-       metadata -> 'callback_result' AS callback_result
+       rate_class, partition_key, metadata -> 'callback_result' AS callback_result
 FROM awa.jobs
 WHERE id = $1;
 
@@ -488,7 +500,8 @@ WITH target AS (
               jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes, jobs.max_crashes,
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
-              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version
+              jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
+              jobs.rate_class, jobs.partition_key
 ), told AS (
     SELECT pg_notify('awa_control', 'resume:' || id) FROM resumed
 )
@@ -503,7 +516,8 @@ SET callback_timeout_at = now() + $2::float8 * interval '1 second'
 WHERE callback_id = $1 AND state IN ('waiting_external', 'running')
 RETURNING id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
           crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
-          args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version;
+          args, tags, metadata, errors, callback_id, callback_timeout_at, schema_version,
+          rate_class, partition_key;
 
 -- name: jobs_callbacks_expired
 -- Parked jobs whose callback deadline has passed, oldest deadline first.
@@ -653,7 +667,7 @@ WITH target AS (
               jobs.run_at, jobs.created_at, jobs.attempted_at, jobs.finalized_at,
               jobs.args, jobs.tags, jobs.metadata, jobs.errors,
               jobs.callback_id, jobs.callback_timeout_at, jobs.schema_version,
-              target.previous_state
+              jobs.rate_class, jobs.partition_key, target.previous_state
 ), told AS (
     SELECT pg_notify('awa_control', 'cancel:' || id)
     FROM cancelled
@@ -675,7 +689,8 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $6::boolean THEN args END AS args, tags,
        CASE WHEN $6::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version, failure_reason
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       failure_reason
 FROM awa.jobs
 WHERE failure_reason IS NOT NULL AND state = 'failed'  -- jobs_dead_letter_idx
   AND ($1::bigint[] IS NULL OR id = ANY ($1::bigint[]))
