@@ -53,10 +53,20 @@ async def test_a_tenants_first_job_is_claimed_ahead_of_another_tenants_backlog(c
     worker = await register_worker(conn)
     a_jobs = await backlog(conn, "tenant-a", 10_000)
     [b_job] = await backlog(conn, "tenant-b", 1)
-    taken = await claim_ids(conn, worker, 10)
-    assert b_job in taken
-    # The rest of the claim came from A's backlog, oldest first.
-    assert sorted(set(taken) - {b_job}) == a_jobs[: len(taken) - 1]
+    # A claim of 10 serves one partition (at least 10 jobs each): A's lane,
+    # opened first. The next claim serves B's first, least recently served,
+    # then fills up from A's.
+    assert await claim_ids(conn, worker, 10) == a_jobs[:10]
+    assert await claim_ids(conn, worker, 10) == sorted([b_job, *a_jobs[10:19]])
+
+
+async def test_a_claim_serves_several_partitions_at_least_ten_jobs_each(conn):
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "tenant-a", 10_000)
+    [b_job] = await backlog(conn, "tenant-b", 1)
+    taken = await claim_ids(conn, worker, 30)
+    assert taken == sorted([*a_jobs[:29], b_job])
 
 
 async def test_without_fairness_the_backlog_goes_first(conn):
@@ -67,18 +77,13 @@ async def test_without_fairness_the_backlog_goes_first(conn):
     assert b_job not in await claim_ids(conn, worker, 80)
 
 
-async def test_claims_share_out_across_the_partitions_least_recently_served_first(conn):
+async def test_claims_go_round_robin_least_recently_served_first(conn):
     await set_fair(conn, True)
     worker = await register_worker(conn)
     for tenant in ("a", "b", "c", "d"):
         await backlog(conn, tenant, 20)
-    seen: list[list[str | None]] = []
-    for _ in range(4):
-        seen.append(await partitions_of(conn, await claim_ids(conn, worker, 2)))
-    # Two of the four partitions a claim, each served once before any twice.
-    assert all(len(set(partitions)) == 2 for partitions in seen)
-    assert sorted(p for partitions in seen[:2] for p in partitions) == ["a", "b", "c", "d"]
-    assert sorted(p for partitions in seen[2:] for p in partitions) == ["a", "b", "c", "d"]
+    served = [await partitions_of(conn, await claim_ids(conn, worker, 2)) for _ in range(8)]
+    assert served == [[tenant, tenant] for tenant in "abcdabcd"]
 
 
 async def test_a_claim_larger_than_the_shares_fills_from_the_partitions_with_more(conn):

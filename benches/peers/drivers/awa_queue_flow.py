@@ -1,8 +1,10 @@
 """awa-queue with the queue's fleet-wide flow control on, none of it
 binding: priority aging every minute, a queue rate limit and a rate class
-on every job, both far above any drain rate. What the settings cost the
-claim (a rate-limited queue's claims take turns on its settings row; each
-claim spends the class's tokens), beside the plain run."""
+on every job, both far above any drain rate, and fairness across eight
+tenants, each job naming one in turn. What the settings cost the claim (a
+rate-limited queue's claims take turns on its settings row; each claim
+spends the class's tokens and reads the partition lanes), beside the plain
+run."""
 
 from __future__ import annotations
 
@@ -15,29 +17,41 @@ RATE_PER_S = 1_000_000
 BURST = 100_000
 AGING_INTERVAL_S = 60
 RATE_CLASS = "bench-class"
+TENANTS = [f"tenant-{n}" for n in range(8)]
+
+
+def per_tenant(count: int) -> list[dict]:
+    """Insert options for ``count`` jobs: the rate class, and the tenants in turn."""
+    return [{"rate_class": RATE_CLASS, "partition_key": TENANTS[n % len(TENANTS)]}
+            for n in range(count)]  # fmt: skip
 
 
 class FlowControlAdapter(AwaQueueAdapter):
     async def setup(self) -> None:
         await super().setup()
         await self.client.configure_queue(
-            QUEUE, priority_aging_interval=AGING_INTERVAL_S, rate_limit=(RATE_PER_S, BURST)
+            QUEUE,
+            priority_aging_interval=AGING_INTERVAL_S,
+            rate_limit=(RATE_PER_S, BURST),
+            fair=True,
         )
         await self.client.configure_rate_class(RATE_CLASS, rate=RATE_PER_S, burst=BURST)
 
     async def bulk_enqueue(self, payloads: list[dict]) -> int:
         return await self.client.enqueue_many_copy(
-            payloads, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS
+            payloads, opts=per_tenant(len(payloads)), kind=KIND, queue=QUEUE
         )
 
     async def bulk_enqueue_unnest(self, payloads: list[dict]) -> int:
         jobs = await self.client.insert_many(
-            payloads, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS
+            payloads, opts=per_tenant(len(payloads)), kind=KIND, queue=QUEUE
         )
         return len(jobs)
 
     async def insert_one(self, payload: dict) -> None:
-        await self.client.insert(payload, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS)
+        await self.client.insert(
+            payload, kind=KIND, queue=QUEUE, rate_class=RATE_CLASS, partition_key=TENANTS[0]
+        )
 
 
 if __name__ == "__main__":

@@ -811,6 +811,7 @@ DECLARE
     leveled boolean;
     level_visited integer;
     round_took integer;
+    queue_picked bigint[];
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -898,6 +899,9 @@ BEGIN
         fair := coalesce(fair_flags[q], false);
         leveled := queue_aging IS NOT NULL OR fair;
         opened := false;
+        -- The jobs taken from the queue's lanes, started together once its
+        -- lanes are read: one UPDATE a queue, however many lanes gave.
+        queue_picked := '{}';
         FOR pass IN 1 .. 2 LOOP
             lanes_seen := false;
             -- With priority aging, a claim goes level by level: each round
@@ -1005,9 +1009,13 @@ BEGIN
                             visited := true;
                             IF fair THEN
                                 -- Its share: what is left, split evenly over
-                                -- the lanes at this level not yet visited.
-                                asked := least(asked, ceil(asked::numeric
-                                    / greatest(lane.level_lanes - level_visited, 1))::integer);
+                                -- the lanes at this level not yet visited, but
+                                -- at least 10 jobs (each lane a claim visits
+                                -- costs it a scan and a move: a claim of 50
+                                -- serves at most 5 partitions, the next claim
+                                -- the next ones).
+                                asked := least(asked, greatest(10, ceil(asked::numeric
+                                    / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
                             END IF;
                             IF queue_aging IS NOT NULL AND lane.priority > lane.level THEN
@@ -1071,6 +1079,9 @@ BEGIN
                                     AND j.state = 'available'
                                     -- maintenance fails jobs past their deadline
                                     AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                    -- taken by this claim already (from a lane
+                                    -- it could not move), not started yet
+                                    AND j.id <> ALL (queue_picked)
                                   ORDER BY j.run_at, j.id
                                   LIMIT asked
                                   FOR UPDATE OF j SKIP LOCKED) AS c;
@@ -1087,6 +1098,7 @@ BEGIN
                                                           cutoff)
                                     AND j.state = 'available'
                                     AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                    AND j.id <> ALL (queue_picked)
                                   ORDER BY j.run_at, j.id
                                   LIMIT asked
                                   FOR UPDATE OF j SKIP LOCKED) AS c;
@@ -1174,30 +1186,7 @@ BEGIN
                         IF queue_limited THEN
                             taken := taken || picked;
                         END IF;
-                        -- Started in a statement after the scan (see above).
-                        RETURN QUERY
-                        UPDATE awa.jobs AS jobs
-                        SET state = 'running',
-                            attempt = jobs.attempt + 1,
-                            run_lease = greatest(jobs.run_lease, lease_floor) + 1,
-                            attempted_at = now(),
-                            worker_id = claim_worker,
-                            -- least ignores NULLs: no timeout, no deadline
-                            attempt_deadline_at = least(
-                                now() + coalesce(
-                                    jobs.timeout_ms / 1000.0,
-                                    kind_timeouts[array_position(timeout_kinds, jobs.kind)],
-                                    queue_timeouts[q]
-                                ) * interval '1 second',
-                                jobs.deadline_at)
-                        WHERE jobs.id = ANY (picked)
-                        RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
-                                  jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
-                                  jobs.max_crashes, jobs.run_at, jobs.created_at,
-                                  jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
-                                  jobs.metadata, jobs.errors, jobs.callback_id,
-                                  jobs.callback_timeout_at, jobs.attempt_deadline_at,
-                                  jobs.schema_version;
+                        queue_picked := queue_picked || picked;
                     END IF;
                     -- A claim that opened the lanes leaves their hints before
                     -- every job: a transaction that started after this one
@@ -1297,6 +1286,32 @@ BEGIN
             PERFORM awa.open_lanes_v1(claim_queues[q]);
             opened := true;
         END LOOP;
+        IF cardinality(queue_picked) > 0 THEN
+            -- Started in a statement after the scans (see above).
+            RETURN QUERY
+            UPDATE awa.jobs AS jobs
+            SET state = 'running',
+                attempt = jobs.attempt + 1,
+                run_lease = greatest(jobs.run_lease, lease_floor) + 1,
+                attempted_at = now(),
+                worker_id = claim_worker,
+                -- least ignores NULLs: no timeout, no deadline
+                attempt_deadline_at = least(
+                    now() + coalesce(
+                        jobs.timeout_ms / 1000.0,
+                        kind_timeouts[array_position(timeout_kinds, jobs.kind)],
+                        queue_timeouts[q]
+                    ) * interval '1 second',
+                    jobs.deadline_at)
+            WHERE jobs.id = ANY (queue_picked)
+            RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text,
+                      jobs.priority, jobs.attempt, jobs.max_attempts, jobs.crashes,
+                      jobs.max_crashes, jobs.run_at, jobs.created_at,
+                      jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
+                      jobs.metadata, jobs.errors, jobs.callback_id,
+                      jobs.callback_timeout_at, jobs.attempt_deadline_at,
+                      jobs.schema_version;
+        END IF;
         IF queue_limited THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
             -- and all of them were): when to look again.
