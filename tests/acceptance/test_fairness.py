@@ -44,7 +44,9 @@ async def _claims_until_first_job_of_b(client, *, fair: bool, wait_claims: int) 
     b_job["id"] = (await client.insert({}, kind="tenant_job", partition_key="b")).id
 
     async def decided() -> bool:
-        return bool(claims_at_b_start) or client.worker.producer.claims - claims_before > wait_claims
+        return (
+            bool(claims_at_b_start) or client.worker.producer.claims - claims_before > wait_claims
+        )
 
     await eventually(decided, timeout=60)
     if not claims_at_b_start:

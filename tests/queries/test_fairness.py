@@ -134,9 +134,7 @@ async def test_a_job_made_claimable_again_behind_its_partition_lanes_hint_is_cla
     assert await claim_ids(conn, worker, 10) == [job]
     # Given back with its old key (a release at shutdown): the lowering
     # reaches its partition lane.
-    await conn.execute(
-        "UPDATE awa.jobs SET state = 'available', attempt = 0 WHERE id = $1", job
-    )
+    await conn.execute("UPDATE awa.jobs SET state = 'available', attempt = 0 WHERE id = $1", job)
     assert await claim_ids(conn, worker, 10) == [job]
 
 

@@ -72,6 +72,8 @@ class Sweeper:
                     "commit; claims take them now",
                     lane["queue"],
                     lane["priority"],
-                    "" if lane["partition_key"] is None else f", partition {lane['partition_key']!r}",
+                    ""
+                    if lane["partition_key"] is None
+                    else f", partition {lane['partition_key']!r}",
                 )
         return found

@@ -735,7 +735,8 @@ RETURNS TABLE (id bigint, run_lease bigint, kind text, queue text, state text,
                max_crashes smallint, run_at timestamptz, created_at timestamptz,
                attempted_at timestamptz, finalized_at timestamptz, args jsonb, tags text[],
                metadata jsonb, errors jsonb, callback_id uuid, callback_timeout_at timestamptz,
-               attempt_deadline_at timestamptz, schema_version smallint)
+               attempt_deadline_at timestamptz, schema_version smallint, rate_class text,
+               partition_key text)
 LANGUAGE plpgsql
 -- One plan per statement, made once per session: planning each statement
 -- again for every claim (the choice plpgsql makes by itself here) was a
@@ -1310,7 +1311,7 @@ BEGIN
                       jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
                       jobs.metadata, jobs.errors, jobs.callback_id,
                       jobs.callback_timeout_at, jobs.attempt_deadline_at,
-                      jobs.schema_version;
+                      jobs.schema_version, jobs.rate_class, jobs.partition_key;
         END IF;
         IF queue_limited THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
@@ -1342,7 +1343,8 @@ BEGIN
                                 NULL::smallint, NULL::smallint, NULL::timestamptz,
                                 NULL::timestamptz, now(), NULL::timestamptz, NULL::jsonb,
                                 NULL::text[], NULL::jsonb, NULL::jsonb, NULL::uuid,
-                                NULL::timestamptz, look_again_at, NULL::smallint;
+                                NULL::timestamptz, look_again_at, NULL::smallint, NULL::text,
+                                NULL::text;
         END IF;
     END LOOP;
     IF cardinality(class_names) > 0 THEN
