@@ -119,6 +119,22 @@ async def test_a_back_dated_job_of_a_partition_is_inserted_and_runs(client, conn
     assert sorted(done) == [first.id, late.id, other[0].id]
 
 
+async def test_a_handler_sees_its_jobs_partition_key_and_rate_class(client, conn):
+    """The claim returns both, so a handler can tell which tenant it serves."""
+    seen: dict[int, tuple[str | None, str | None]] = {}
+
+    @client.task(dict, kind=KIND, queue=QUEUE)
+    async def sync(job):
+        seen[job.id] = (job.partition_key, job.rate_class)
+
+    keyed = await client.insert({}, kind=KIND, partition_key="acme", rate_class="mail")
+    plain = await client.insert({}, kind=KIND)
+    await client.start([(QUEUE, 2)], **FAST_WORKER)
+    for job in (keyed, plain):
+        await wait_for_state(conn, job.id, "completed")
+    assert seen == {keyed.id: ("acme", "mail"), plain.id: (None, None)}
+
+
 async def test_follow_ups_keep_their_partition_key(client, conn):
     @client.task(Signup, queue=QUEUE)
     async def signup(job):
