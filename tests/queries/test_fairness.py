@@ -176,3 +176,23 @@ async def test_fair_producers_and_claimers_at_once_claim_every_job_once_without_
     for row in await conn.fetch(Q("lanes_list")):
         if row["queue"] == "q" and row["partition_key"] is not None:
             assert await conn.fetchval(Q("lanes_sweep"), row["id"], True, 10**6) is False
+
+
+async def test_a_claim_given_the_settings_takes_them_as_given(conn):
+    """jobs_claim_with_settings: the worker says each queue's settings as it
+    last read them, so the claim does not read them again. Here the stored
+    settings say fair, the caller says not: its claim takes the backlog first."""
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "tenant-a", 30)
+    [b_job] = await backlog(conn, "tenant-b", 1)
+    rows = await conn.fetch(
+        Q("jobs_claim_with_settings"),
+        ["q"], [20], worker, [], [], [None], [None], [False], False, [False],
+    )  # fmt: skip
+    assert sorted(row["id"] for row in rows) == a_jobs[:20]
+    rows = await conn.fetch(
+        Q("jobs_claim_with_settings"),
+        ["q"], [11], worker, [], [], [None], [None], [False], False, [True],
+    )  # fmt: skip
+    assert sorted(row["id"] for row in rows) == [*a_jobs[20:30], b_job]

@@ -787,7 +787,7 @@ DECLARE
     visited boolean;
     cutoff timestamptz;
     limits record;
-    queue_limited boolean;
+    queue_has_limit boolean;
     holders bigint[];
     taken bigint[];
     tokens float8;
@@ -855,7 +855,7 @@ BEGIN
     END IF;
     FOR q IN 1 .. coalesce(cardinality(claim_queues), 0) LOOP
         CONTINUE WHEN remaining[q] <= 0;
-        queue_limited := false;
+        queue_has_limit := false;
         look_again_at := NULL;
         IF limited THEN
             SELECT s.global_max_running, s.running_ids, s.rate_per_s, s.rate_burst,
@@ -864,8 +864,8 @@ BEGIN
             FROM awa.queue_settings AS s
             WHERE s.queue = claim_queues[q]
               AND (s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL);
-            queue_limited := FOUND;
-            IF queue_limited THEN
+            queue_has_limit := FOUND;
+            IF queue_has_limit THEN
                 holders := '{}';
                 IF limits.global_max_running IS NOT NULL THEN
                     -- The slots are the queue's jobs this ceiling let start
@@ -1184,7 +1184,7 @@ BEGIN
                     END IF;
                     IF got > 0 THEN
                         remaining[q] := remaining[q] - got;
-                        IF queue_limited THEN
+                        IF queue_has_limit THEN
                             taken := taken || picked;
                         END IF;
                         queue_picked := queue_picked || picked;
@@ -1313,7 +1313,7 @@ BEGIN
                       jobs.callback_timeout_at, jobs.attempt_deadline_at,
                       jobs.schema_version, jobs.rate_class, jobs.partition_key;
         END IF;
-        IF queue_limited THEN
+        IF queue_has_limit THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
             -- and all of them were): when to look again.
             IF allowed < claim_counts[q] AND remaining[q] <= 0 THEN
