@@ -937,7 +937,9 @@ BEGIN
                         FROM (SELECT pg_current_xact_id()::text::bigint AS me,
                                      set_config('synchronous_commit', 'off', true) AS quick,
                                      set_config('awa.claiming', 'on', true) AS claiming) AS x
-                    ), heads AS (
+                    -- Materialized: the later steps read each lane's head
+                    -- several times, and inlined, each read was a scan of its own.
+                    ), heads AS MATERIALIZED (
                     SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority,
                            lanes.partition_key, mv.made_at AS served_at, mv.seq,
                            mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.gen, mv.clock,
