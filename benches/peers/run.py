@@ -70,7 +70,7 @@ LABELS = {
     "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
     "awa_queue_noop_hook": "awa-queue + no-op hook",
     "awa_queue_slow_hook": "awa-queue + 50 ms hook",
-    "awa_queue_flow": "awa-queue + aging + fairness + rate limit + rate class",
+    "awa_queue_flow": "awa-queue + aging + fairness + rate class",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
     "pgqueuer": "pgqueuer 1.6.0",
