@@ -96,12 +96,12 @@ pub fn check_partition_key(value: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// What `awa.jobs`'s check on `partition_key` (`[[:cntrl:]]`) may refuse,
-/// whatever the database's locale: Unicode's `Cc` (U+0000–U+001F,
-/// U+007F–U+009F; all that the C and C.UTF-8 locales count), plus the line
-/// and paragraph separators (U+2028, U+2029) that glibc's UTF-8 locales
-/// count and the interlinear annotation characters (U+FFF9–U+FFFB) that
-/// musl counts, so no key this accepts fails that check there.
+/// The control characters a partition key must not hold: Unicode's `Cc`
+/// (U+0000–U+001F, U+007F–U+009F), plus the line and paragraph separators
+/// (U+2028, U+2029) and the interlinear annotation characters
+/// (U+FFF9–U+FFFB) that some locales' `[[:cntrl:]]` counts. `awa.jobs`'s
+/// check reads `[[:cntrl:]]` in the C collation (ASCII's only), so no key
+/// this accepts fails it, whatever the database's locale.
 pub fn is_control_character(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{FFF9}'..='\u{FFFB}')
 }

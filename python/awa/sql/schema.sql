@@ -108,7 +108,8 @@ CREATE TABLE awa.jobs (
     CONSTRAINT jobs_schema_version_positive CHECK (schema_version >= 1),
     CONSTRAINT jobs_rate_class_grammar CHECK (rate_class ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'),
     CONSTRAINT jobs_partition_key_grammar
-        CHECK (char_length(partition_key) BETWEEN 1 AND 255 AND partition_key !~ '[[:cntrl:]]')
+        CHECK (char_length(partition_key) BETWEEN 1 AND 255
+               AND partition_key COLLATE "C" !~ '[[:cntrl:]]')
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a

@@ -19,9 +19,13 @@
 -- so SQL of one's own that inserts jobs opens it too), starting before
 -- every job, and least recently served.
 
+-- The key's check reads [[:cntrl:]] in the C collation, so it means the same
+-- whatever the database's locale (the ASCII control characters); the core
+-- refuses those and more before any SQL.
 ALTER TABLE awa.jobs ADD COLUMN partition_key text
     CONSTRAINT jobs_partition_key_grammar
-    CHECK (char_length(partition_key) BETWEEN 1 AND 255 AND partition_key !~ '[[:cntrl:]]');
+    CHECK (char_length(partition_key) BETWEEN 1 AND 255
+           AND partition_key COLLATE "C" !~ '[[:cntrl:]]');
 
 ALTER TYPE awa.job_input ADD ATTRIBUTE partition_key text;
 
