@@ -292,6 +292,8 @@ class HandlerJob(RunningJob[T]):
         id: int = 0,
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        rate_class: str | None = None,
+        partition_key: str | None = None,
         client: AsyncClient | None = None,
     ) -> HandlerJob[T]:
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
@@ -308,6 +310,8 @@ class HandlerJob(RunningJob[T]):
             max_attempts=max_attempts,
             tags=tags,
             metadata=metadata,
+            rate_class=rate_class,
+            partition_key=partition_key,
         )
         [encoded] = rows.rows()
         task = registry.by_kind.get(encoded["kind"])
@@ -330,6 +334,7 @@ class HandlerJob(RunningJob[T]):
             "tags": encoded["tags"], "metadata": encoded["metadata"], "errors": None,
             "callback_id": None, "callback_timeout_at": None,
             "schema_version": encoded["schema_version"],
+            "rate_class": encoded["rate_class"], "partition_key": encoded["partition_key"],
         }  # fmt: skip
         return cls.claimed(row, decode, FollowUpStage(registry), None, None)  # type: ignore[return-value]
 
