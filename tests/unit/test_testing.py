@@ -40,7 +40,7 @@ def test_a_handler_job_is_a_running_job_with_args_decoded_as_a_worker_would():
 def test_a_handler_job_carries_its_rate_class_and_partition_key_checked_as_on_insert():
     job = HandlerJob(StageA(item=1), rate_class="mail", partition_key="tenant 7")
     assert (job.rate_class, job.partition_key) == ("mail", "tenant 7")
-    with pytest.raises(awa.ValidationError, match="^partition_key: must not contain"):
+    with pytest.raises(awa.ValidationError, match=r"^partition_key: must not contain"):
         HandlerJob(StageA(item=1), partition_key="a\nb")
 
 
