@@ -19,13 +19,27 @@
 -- so SQL of one's own that inserts jobs opens it too), starting before
 -- every job, and least recently served.
 
--- The key's check reads [[:cntrl:]] in the C collation, so it means the same
--- whatever the database's locale (the ASCII control characters); the core
--- refuses those and more before any SQL.
-ALTER TABLE awa.jobs ADD COLUMN partition_key text
-    CONSTRAINT jobs_partition_key_grammar
-    CHECK (char_length(partition_key) BETWEEN 1 AND 255
-           AND partition_key COLLATE "C" !~ '[[:cntrl:]]');
+-- A job's partition key and rate class are domains, so their grammar is
+-- checked when a key or a class is written (inserts, and updates that set
+-- them) and not on every claim and outcome: a table's CHECK runs on each
+-- update of a row, and the two regular expressions were a quarter of a
+-- claim's update and an outcome's (docs/benchmarks.md, flow control, third
+-- part). The partition key's check reads [[:cntrl:]] in the C collation,
+-- so it means the same whatever the database's locale (the ASCII control
+-- characters); the core refuses those and more before any SQL.
+CREATE DOMAIN awa.partition_key AS text
+    CONSTRAINT partition_key_grammar
+    CHECK (char_length(VALUE) BETWEEN 1 AND 255 AND VALUE COLLATE "C" !~ '[[:cntrl:]]');
+
+ALTER TABLE awa.jobs ADD COLUMN partition_key awa.partition_key;
+
+-- rate_class (migration 0021) becomes a domain without its check first, so
+-- the type change rewrites no row; the check then reads the table once.
+CREATE DOMAIN awa.rate_class AS text;
+ALTER TABLE awa.jobs DROP CONSTRAINT jobs_rate_class_grammar,
+    ALTER COLUMN rate_class TYPE awa.rate_class;
+ALTER DOMAIN awa.rate_class ADD CONSTRAINT rate_class_grammar
+    CHECK (VALUE ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$');
 
 ALTER TYPE awa.job_input ADD ATTRIBUTE partition_key text;
 
@@ -689,7 +703,7 @@ BEGIN
                         -- id is the top job's, and the latest run_at its.
                         IF lane.partition_key IS NULL THEN
                             SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
-                                   array_agg(c.run_at), array_agg(c.rate_class)
+                                   array_agg(c.run_at), array_agg(c.rate_class::text)
                             INTO picked, top_run_at, picked_run_at, picked_class
                             FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
                                   WHERE j.queue = lane.queue AND j.priority = lane.priority
@@ -711,7 +725,7 @@ BEGIN
                         ELSE
                             -- The same within one partition.
                             SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
-                                   array_agg(c.run_at), array_agg(c.rate_class)
+                                   array_agg(c.run_at), array_agg(c.rate_class::text)
                             INTO picked, top_run_at, picked_run_at, picked_class
                             FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
                                   WHERE j.queue = lane.queue AND j.priority = lane.priority
@@ -933,7 +947,7 @@ BEGIN
                       jobs.attempted_at, jobs.finalized_at, jobs.args, jobs.tags,
                       jobs.metadata, jobs.errors, jobs.callback_id,
                       jobs.callback_timeout_at, jobs.attempt_deadline_at,
-                      jobs.schema_version, jobs.rate_class, jobs.partition_key;
+                      jobs.schema_version, jobs.rate_class::text, jobs.partition_key::text;
         END IF;
         IF queue_has_limit THEN
             -- A limit that bound (it let fewer jobs be taken than asked,
