@@ -23,10 +23,14 @@ import asyncpg
 
 # The completed count is read POLL_INTERVAL_S after the start, then again
 # after half the time the last interval's rate says is left (at most
-# MAX_POLL_S, at least FINAL_POLL_S): a run's end is known to within about
-# FINAL_POLL_S and a count's own time, with a dozen counts instead of one
-# every 50 ms. A count reads the whole table (awa's 60 000-job table: 13-38
-# ms of a server backend's CPU), and the system under test shares the cores.
+# MAX_POLL_S, at least FINAL_POLL_S, and never more than a quarter of the
+# time since the start): a run's end is known to within about FINAL_POLL_S
+# and a count's own time, with a dozen counts instead of one every 50 ms. A
+# count reads the whole table (awa's 60 000-job table: 13-38 ms of a server
+# backend's CPU), and the system under test shares the cores. Without the
+# quarter, a first interval spent mostly starting the worker set the next
+# count a whole MAX_POLL_S later: a drain that ended at 0.7 s was timed at
+# 1.03 s in about half the runs.
 POLL_INTERVAL_S = 0.05
 MAX_POLL_S = 1.0
 FINAL_POLL_S = 0.005
@@ -167,7 +171,8 @@ class Monitor:
     async def wait_completed(self, adapter, n: int, timeout_s: float) -> float:
         """Poll until the system's tables show ``n`` completed; return perf_counter then."""
         deadline = time.perf_counter() + timeout_s
-        last_done, last_at = 0, time.perf_counter()
+        started = last_at = time.perf_counter()
+        last_done = 0
         while True:
             adapter.check_worker()
             done = await self.conn.fetchval(adapter.completed_sql)
@@ -176,21 +181,26 @@ class Monitor:
                 return now
             if now > deadline:
                 raise TimeoutError(f"only {done} of {n} jobs completed after {timeout_s}s")
-            await asyncio.sleep(next_poll_s(n - done, done - last_done, now - last_at))
+            wait_s = next_poll_s(n - done, done - last_done, now - last_at, now - started)
+            await asyncio.sleep(wait_s)
             last_done, last_at = done, now
 
     async def close(self) -> None:
         await self.conn.close()
 
 
-def next_poll_s(remaining: int, done_since_last: int, seconds_since_last: float) -> float:
+def next_poll_s(
+    remaining: int, done_since_last: int, seconds_since_last: float, seconds_since_start: float
+) -> float:
     """Half the time the last interval's rate leaves for the ``remaining``
-    jobs, within [FINAL_POLL_S, MAX_POLL_S]; POLL_INTERVAL_S while no rate
-    is known."""
+    jobs, within [FINAL_POLL_S, MAX_POLL_S] and at most a quarter of the
+    time since the start (but POLL_INTERVAL_S); POLL_INTERVAL_S while no
+    rate is known."""
     if done_since_last <= 0:
         return POLL_INTERVAL_S
     expected_s = remaining * seconds_since_last / done_since_last
-    return min(MAX_POLL_S, max(FINAL_POLL_S, expected_s / 2))
+    ceiling = min(MAX_POLL_S, max(POLL_INTERVAL_S, seconds_since_start / 4))
+    return min(ceiling, max(FINAL_POLL_S, expected_s / 2))
 
 
 def cpu_ms_between(before: dict[int, int], after: dict[int, int]) -> float:

@@ -651,7 +651,7 @@ BEGIN
                                 -- costs it a scan and a move: a claim of 50
                                 -- serves at most 5 partitions, the next claim
                                 -- the next ones).
-                                asked := least(asked, greatest(10, ceil(asked::numeric
+                                asked := least(asked, greatest(25, ceil(asked::numeric
                                     / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
                             END IF;
