@@ -647,10 +647,12 @@ BEGIN
                             IF fair THEN
                                 -- Its share: what is left, split evenly over
                                 -- the lanes at this level not yet visited, but
-                                -- at least 10 jobs (each lane a claim visits
-                                -- costs it a scan and a move: a claim of 50
-                                -- serves at most 5 partitions, the next claim
-                                -- the next ones).
+                                -- at least 25 jobs (each lane a claim visits
+                                -- costs it a scan and a move: a claim of 100
+                                -- serves at most 4 partitions, the next claim
+                                -- the next ones; with at least 10 it served 8,
+                                -- and the drain with 8 tenants spent about 2 us
+                                -- more of server time a job).
                                 asked := least(asked, greatest(25, ceil(asked::numeric
                                     / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
@@ -744,51 +746,60 @@ BEGIN
                         round_took := round_took + got;
                     END IF;
                     class_cut := false;
-                    IF got > 0 AND classes_exist THEN
+                    IF got > 0 AND classes_exist
+                       AND cardinality(array_positions(picked_class, NULL)) < got THEN
                         -- Rate classes: the jobs taken, in key order, up to
                         -- the first whose class has no whole token left (or
                         -- is held by another claim: never wait for it).
                         class_allowed := got;
-                        FOR i IN 1 .. got LOOP
-                            CONTINUE WHEN picked_class[i] IS NULL;
-                            class_idx := array_position(class_names, picked_class[i]);
-                            IF class_idx IS NULL THEN
-                                SELECT rc.rate_per_s, rc.burst, rc.tokens, rc.tokens_at
-                                INTO class_row
-                                FROM awa.rate_classes AS rc WHERE rc.name = picked_class[i]
-                                FOR UPDATE SKIP LOCKED;
-                                class_names := class_names || picked_class[i];
-                                class_at := class_at || clock_timestamp();
-                                class_locked := class_locked || FOUND;
-                                IF FOUND THEN
-                                    class_rates := class_rates || class_row.rate_per_s;
-                                    class_tokens := class_tokens || least(class_row.burst::float8,
-                                        coalesce(class_row.tokens, class_row.burst::float8)
-                                        + class_row.rate_per_s * greatest(0, extract(epoch FROM
-                                              clock_timestamp()
-                                              - coalesce(class_row.tokens_at, clock_timestamp()))));
-                                ELSIF EXISTS (SELECT FROM awa.rate_classes AS rc
-                                              WHERE rc.name = picked_class[i]) THEN
-                                    -- Another claim spends it now.
-                                    class_rates := class_rates || NULL::float8;
-                                    class_tokens := class_tokens || 0::float8;
-                                ELSE
-                                    -- Not configured: no limit.
-                                    class_rates := class_rates || NULL::float8;
-                                    class_tokens := class_tokens || 'infinity'::float8;
+                        class_idx := array_position(class_names, picked_class[1]);
+                        IF class_idx IS NOT NULL AND class_tokens[class_idx] >= got
+                           AND cardinality(array_positions(picked_class, picked_class[1])) = got THEN
+                            -- All of one class this claim has read, with a
+                            -- token for each: spent at once.
+                            class_tokens[class_idx] := class_tokens[class_idx] - got;
+                        ELSE
+                            FOR i IN 1 .. got LOOP
+                                CONTINUE WHEN picked_class[i] IS NULL;
+                                class_idx := array_position(class_names, picked_class[i]);
+                                IF class_idx IS NULL THEN
+                                    SELECT rc.rate_per_s, rc.burst, rc.tokens, rc.tokens_at
+                                    INTO class_row
+                                    FROM awa.rate_classes AS rc WHERE rc.name = picked_class[i]
+                                    FOR UPDATE SKIP LOCKED;
+                                    class_names := class_names || picked_class[i];
+                                    class_at := class_at || clock_timestamp();
+                                    class_locked := class_locked || FOUND;
+                                    IF FOUND THEN
+                                        class_rates := class_rates || class_row.rate_per_s;
+                                        class_tokens := class_tokens || least(class_row.burst::float8,
+                                            coalesce(class_row.tokens, class_row.burst::float8)
+                                            + class_row.rate_per_s * greatest(0, extract(epoch FROM
+                                                  clock_timestamp()
+                                                  - coalesce(class_row.tokens_at, clock_timestamp()))));
+                                    ELSIF EXISTS (SELECT FROM awa.rate_classes AS rc
+                                                  WHERE rc.name = picked_class[i]) THEN
+                                        -- Another claim spends it now.
+                                        class_rates := class_rates || NULL::float8;
+                                        class_tokens := class_tokens || 0::float8;
+                                    ELSE
+                                        -- Not configured: no limit.
+                                        class_rates := class_rates || NULL::float8;
+                                        class_tokens := class_tokens || 'infinity'::float8;
+                                    END IF;
+                                    class_idx := cardinality(class_names);
                                 END IF;
-                                class_idx := cardinality(class_names);
-                            END IF;
-                            IF class_tokens[class_idx] < 1 THEN
-                                class_allowed := i - 1;
-                                look_again_at := least(look_again_at, clock_timestamp()
-                                    + CASE WHEN class_rates[class_idx] IS NULL THEN 0.01
-                                           ELSE (1 - class_tokens[class_idx]) / class_rates[class_idx] END
-                                      * interval '1 second');
-                                EXIT;
-                            END IF;
-                            class_tokens[class_idx] := class_tokens[class_idx] - 1;
-                        END LOOP;
+                                IF class_tokens[class_idx] < 1 THEN
+                                    class_allowed := i - 1;
+                                    look_again_at := least(look_again_at, clock_timestamp()
+                                        + CASE WHEN class_rates[class_idx] IS NULL THEN 0.01
+                                               ELSE (1 - class_tokens[class_idx]) / class_rates[class_idx] END
+                                          * interval '1 second');
+                                    EXIT;
+                                END IF;
+                                class_tokens[class_idx] := class_tokens[class_idx] - 1;
+                            END LOOP;
+                        END IF;
                         IF class_allowed < got THEN
                             -- The rest stay available (their locks go at
                             -- commit); the hint moves no further than the
