@@ -380,6 +380,25 @@ impl InsertBatch {
             .collect()
     }
 
+    /// The partition lanes (queue, priority, partition key) the batch's
+    /// partitioned jobs belong to, each once, sorted: a COPY opens them
+    /// before it writes (`jobs_copy_open_partition_lanes`), so the insert
+    /// trigger need not look for each row's.
+    pub fn partition_lanes(&self) -> Vec<(String, i16, String)> {
+        let lanes: BTreeSet<(&str, i16, &str)> = self
+            .jobs
+            .iter()
+            .filter_map(|job| {
+                let key = job.partition_key.as_deref()?;
+                Some((job.queue.as_str(), job.priority, key))
+            })
+            .collect();
+        lanes
+            .into_iter()
+            .map(|(queue, priority, key)| (queue.to_owned(), priority, key.to_owned()))
+            .collect()
+    }
+
     /// The columns [`InsertBatch::copy_text`] writes, in order. `run_at`
     /// always: a column COPY leaves to its default is filled by
     /// `awa.enqueue_time_v1()`, a volatile function, and `PostgreSQL` then
@@ -781,6 +800,35 @@ mod tests {
         assert_eq!(
             batch.backdated_lanes(1_000),
             [("a".to_owned(), 1, 900), ("a".to_owned(), 2, 300)]
+        );
+    }
+
+    #[test]
+    fn partition_lanes_are_each_queue_priority_and_key_once_sorted() {
+        let mut batch = InsertBatch::with_capacity(5);
+        let at = |queue: &str, priority: i64, key: Option<&str>| {
+            let mut job = input();
+            job.queue = queue.to_owned();
+            job.priority = priority;
+            job.partition_key = key.map(str::to_owned);
+            NewJob::check(job, None).unwrap()
+        };
+        for job in [
+            at("b", 2, Some("t1")),
+            at("a", 2, Some("t2")),
+            at("a", 2, None),
+            at("b", 2, Some("t1")),
+            at("a", 1, Some("t2")),
+        ] {
+            batch.push(job).unwrap();
+        }
+        assert_eq!(
+            batch.partition_lanes(),
+            [
+                ("a".to_owned(), 1, "t2".to_owned()),
+                ("a".to_owned(), 2, "t2".to_owned()),
+                ("b".to_owned(), 2, "t1".to_owned())
+            ]
         );
     }
 

@@ -381,6 +381,11 @@ class InsertRows:
         available at ``now_us`` (microseconds since the epoch): those to
         notify."""
 
+    def partition_lanes(self) -> tuple[list[str], list[int], list[str]]:
+        """The partition lanes (queue, priority, partition key) of the
+        partitioned jobs, each once, sorted, as three aligned lists: a COPY
+        opens them before it writes."""
+
     def backdated_lanes(self, now_us: int) -> tuple[list[str], list[int], list[int]]:
         """The lanes (queue, priority) receiving a job available at
         ``now_us`` whose own ``run_at`` is before it, with the earliest such

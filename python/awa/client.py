@@ -794,11 +794,20 @@ class AsyncClient:
         (docs/storage.md, Lanes)."""
         [start] = await db.fetch("jobs_copy_start", len(rows) if with_ids else 0, connection=conn)
         enqueued_us, ids = start["enqueued_us"], start["ids"]
+        lane_queues, lane_priorities, lane_keys = rows.partition_lanes()
+        if lane_queues:
+            await db.fetch(
+                "jobs_copy_open_partition_lanes",
+                lane_queues, lane_priorities, lane_keys,
+                connection=conn,
+            )  # fmt: skip
         await db.copy_jobs(
             conn,
             rows.copy_columns(with_ids),
             rows.copy_text(enqueued_us, ids if with_ids else None),
         )
+        if lane_queues:
+            await db.fetch("jobs_copy_partition_lanes_opened_end", connection=conn)
         queues, priorities, run_ats = rows.backdated_lanes(enqueued_us)
         if queues:
             await db.fetchval("jobs_lower_lanes", queues, priorities, run_ats, connection=conn)

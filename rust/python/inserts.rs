@@ -294,6 +294,20 @@ impl InsertRows {
         self.batch.available_queues(now_us)
     }
 
+    /// The partition lanes of the partitioned jobs, each once: their
+    /// queues, priorities and partition keys, aligned.
+    fn partition_lanes(&self) -> (Vec<String>, Vec<i16>, Vec<String>) {
+        let mut queues = Vec::new();
+        let mut priorities = Vec::new();
+        let mut keys = Vec::new();
+        for (queue, priority, key) in self.batch.partition_lanes() {
+            queues.push(queue);
+            priorities.push(priority);
+            keys.push(key);
+        }
+        (queues, priorities, keys)
+    }
+
     /// Lanes given jobs available at `now_us` but keyed before it: their
     /// queues, priorities and earliest `run_at` (microseconds), aligned.
     fn backdated_lanes(&self, now_us: i64) -> (Vec<String>, Vec<i16>, Vec<i64>) {

@@ -97,6 +97,54 @@ async def test_a_partition_key_commits_with_a_transaction(client, conn):
     assert list((await stored_keys(conn)).values()) == ["acme", "globex", "initech"]
 
 
+async def partition_lanes(conn) -> list[tuple[str, int, str]]:
+    rows = await conn.fetch(
+        "SELECT queue, priority, partition_key FROM awa.lanes"
+        " WHERE partition_key <> '' ORDER BY 1, 2, 3"
+    )
+    return [tuple(row) for row in rows]
+
+
+async def test_a_copy_opens_its_partitions_lanes_and_then_the_trigger_opens_them_again(
+    client, conn
+):
+    """A COPY opens its rows' partition lanes in one statement before it
+    writes, and the insert trigger skips its rows; any insert after it in
+    the same transaction (SQL of one's own included) opens its own."""
+    async with conn.transaction():
+        await client.enqueue_many_copy(
+            [{}] * 4,
+            kind=KIND,
+            queue=QUEUE,
+            opts=[{"partition_key": "acme"}, {"partition_key": "globex", "priority": 1}] * 2,
+            connection=conn,
+        )
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, partition_key) VALUES ($1, $2, 'initech')",
+            KIND,
+            QUEUE,
+        )
+    assert await partition_lanes(conn) == [
+        (QUEUE, 1, "globex"),
+        (QUEUE, 2, "acme"),
+        (QUEUE, 2, "initech"),
+    ]
+    done: list[str] = []
+
+    @client.task(dict, kind=KIND, queue=QUEUE)
+    async def sync(job):
+        done.append(job.partition_key)
+
+    await client.configure_queue(QUEUE, fair=True)
+    await client.start([(QUEUE, 2)], **FAST_WORKER)
+
+    async def all_done() -> bool:
+        return len(done) == 5
+
+    await eventually(all_done)
+    assert sorted(done) == ["acme", "acme", "globex", "globex", "initech"]
+
+
 async def test_a_back_dated_job_of_a_partition_is_inserted_and_runs(client, conn):
     """An available job keyed before the insert's enqueue time lowers its
     lanes (awa.lower_lane_v2: the whole lane and its partition's); a worker

@@ -694,9 +694,13 @@ BEGIN
 END
 $$;
 
+-- Not for the rows of a COPY that opened their lanes first
+-- (jobs_copy_open_partition_lanes): a call per row was most of what a
+-- partition key added to a COPY.
 CREATE TRIGGER jobs_open_partition_lane_on_insert
     AFTER INSERT ON awa.jobs FOR EACH ROW
-    WHEN (NEW.partition_key IS NOT NULL)
+    WHEN (NEW.partition_key IS NOT NULL
+          AND current_setting('awa.partition_lanes_opened', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION awa.open_job_partition_lane_v1();
 
 CREATE TRIGGER jobs_open_partition_lane_on_update

@@ -129,6 +129,27 @@ SELECT (extract(epoch FROM enqueued.at) * 1000000)::bigint AS enqueued_us,
        array(SELECT nextval('awa.jobs_id_seq') FROM generate_series(1, $1::integer)) AS ids
 FROM (SELECT awa.enqueue_time_v1() AS at) AS enqueued;
 
+-- name: jobs_copy_open_partition_lanes
+-- Before a COPY of partitioned jobs, in its transaction: opens their
+-- partition lanes ($1 queues, $2 priorities, $3 partition keys, each lane
+-- once; InsertRows.partition_lanes) and tells the insert trigger, until
+-- jobs_copy_partition_lanes_opened_end, that each row's lane is open, so it
+-- does not look for it row by row (awa.open_job_partition_lane_v1).
+SELECT set_config('awa.partition_lanes_opened', 'on', true) AS opened,
+       (SELECT count(*)
+        FROM (SELECT awa.open_partition_lane_v1(l.queue, l.priority, l.partition_key)
+              FROM unnest($1::text[], $2::smallint[], $3::text[])
+                   AS l(queue, priority, partition_key)
+              WHERE NOT EXISTS (SELECT FROM awa.lanes
+                                WHERE lanes.queue = l.queue AND lanes.priority = l.priority
+                                  AND lanes.partition_key = l.partition_key)) AS made
+       ) AS lanes_opened;
+
+-- name: jobs_copy_partition_lanes_opened_end
+-- After that COPY: the insert trigger looks for each partitioned row's lane
+-- again.
+SELECT set_config('awa.partition_lanes_opened', 'off', true) AS opened;
+
 -- name: jobs_lower_lanes
 -- Lowers the lanes a COPY gave available jobs keyed before its enqueue time
 -- ($1 queues, $2 priorities, $3 the earliest such run_at of each, in
