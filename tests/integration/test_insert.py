@@ -247,6 +247,30 @@ async def test_insert_many_validates_everything_before_writing(client, conn):
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 0
 
 
+async def test_jobs_with_equal_overrides_get_their_values_and_true_is_not_one(client, conn):
+    """Equal per-job overrides share one options object; a value's type is
+    part of what is equal (True is refused as a priority, 1 is not)."""
+    same = {"priority": 1, "queue": "q1"}
+    jobs = await client.insert_many(
+        [{"a": i} for i in range(6)],
+        kind="k",
+        opts=[same, {"queue": "q1", "priority": 1}, {"priority": 3}, None, dict(same),
+              {"priority": 3}],
+    )  # fmt: skip
+    assert [(job.priority, job.queue) for job in jobs] == [
+        (1, "q1"), (1, "q1"), (3, "default"), (2, "default"), (1, "q1"), (3, "default"),
+    ]  # fmt: skip
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.insert_many(
+            [{"a": 1}] * 4,
+            kind="k",
+            opts=[{"priority": 1}, {"priority": True}, {"priority": True}, None],
+        )
+    assert raised.value.field == "priority"
+    assert "jobs[1]" in str(raised.value)
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 6
+
+
 async def test_unknown_per_job_options_are_refused(client):
     with pytest.raises(awa.ValidationError) as raised:
         await client.insert_many([{"a": 1}], kind="k", opts=[{"prio": 1}])
