@@ -483,6 +483,10 @@ CREATE UNIQUE INDEX lanes_whole_key ON awa.lanes (queue, priority)
     WHERE partition_key IS NULL;
 CREATE UNIQUE INDEX lanes_partition_key ON awa.lanes (queue, priority, partition_key)
     WHERE partition_key IS NOT NULL;
+-- A claim reads one family of a queue's lanes (claim_v2, with a plan made
+-- for any queue and family): without it, each claim read every lane of
+-- every queue, thousands once fair queues have many partitions.
+CREATE INDEX lanes_family_idx ON awa.lanes (queue, (partition_key IS NOT NULL));
 
 CREATE SEQUENCE awa.lane_moves_seq;
 
