@@ -655,13 +655,13 @@ BEGIN
                             IF fair THEN
                                 -- Its share: what is left, split evenly over
                                 -- the lanes at this level not yet visited, but
-                                -- at least 25 jobs (each lane a claim visits
+                                -- at least 50 jobs (each lane a claim visits
                                 -- costs it a scan and a move: a claim of 100
-                                -- serves at most 4 partitions, the next claim
-                                -- the next ones; with at least 10 it served 8,
-                                -- and the drain with 8 tenants spent about 2 us
-                                -- more of server time a job).
-                                asked := least(asked, greatest(25, ceil(asked::numeric
+                                -- serves at most 2 partitions, the next claim
+                                -- the next ones; with at least 25 it served 4,
+                                -- and a drain across 8 tenants spent 10 % more
+                                -- server time a job).
+                                asked := least(asked, greatest(50, ceil(asked::numeric
                                     / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
                             END IF;
@@ -676,6 +676,11 @@ BEGIN
                             CONTINUE;
                         END IF;
                     END IF;
+                    -- An idle partition lane with nothing to rescan: no move
+                    -- (see below), so nothing more to work out.
+                    CONTINUE WHEN lane.partition_key IS NOT NULL AND NOT lane.has_jobs
+                                  AND NOT lane.has_lowerings
+                                  AND coalesce(cardinality(lane.note_xid), 0) = 0;
                     -- From the hint, or from further back: a noted transaction that
                     -- ended, or a job made claimable behind the hint.
                     from_run_at := lane.hint_run_at;
