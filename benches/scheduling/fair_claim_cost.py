@@ -1,0 +1,140 @@
+"""What tenant fairness costs a claim: server CPU per claim and per outcome
+write, for one queue drained by one claiming and one writing connection,
+with the queue's jobs spread over N partitions and fairness on or off
+(``VARIANTS``), variants interleaved, medians printed.
+
+The queries are this tree's (``python/awa/sql/queries``); ``--url`` names a
+database this tree migrated, on this machine (the backends' CPU is read
+from /proc). Every cycle empties the awa tables of that database.
+
+    python benches/scheduling/fair_claim_cost.py --url postgresql://postgres@127.0.0.1:55432/fair \\
+        --variants plain,fair8,fair64,fair512 --batch 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+SQL = Path(__file__).resolve().parents[2] / "python" / "awa" / "sql" / "queries"
+NAME = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
+
+#: fair: claims take the partitions round-robin; aging: the aging interval
+#: (s); rate_class: every job in one class far above any drain rate;
+#: partitions: how many partition keys the jobs name in turn (0: none).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {"fair": False, "aging": None, "rate_class": False, "partitions": 0},
+    "plain8": {"fair": False, "aging": None, "rate_class": False, "partitions": 8},
+    "plain512": {"fair": False, "aging": None, "rate_class": False, "partitions": 512},
+    "fair8": {"fair": True, "aging": None, "rate_class": False, "partitions": 8},
+    "flow8": {"fair": True, "aging": 60.0, "rate_class": True, "partitions": 8},
+    "fair64": {"fair": True, "aging": None, "rate_class": False, "partitions": 64},
+    "fair512": {"fair": True, "aging": None, "rate_class": False, "partitions": 512},
+}
+
+TABLES = (
+    "awa.jobs, awa.workers, awa.lanes, awa.lane_moves, awa.lane_lowerings, awa.claims, "
+    "awa.queue_settings, awa.rate_classes"
+)
+
+
+def load() -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for path in sorted(SQL.glob("*.sql")):
+        queries |= {m.group(1): m.group(2) for m in NAME.finditer(path.read_text())}
+    return queries
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cycle(
+    url: str, queries: dict[str, str], variant: dict[str, Any], jobs: int, batch: int
+) -> tuple[float, float]:
+    """Server CPU (µs) per claim of the claiming and the writing backend."""
+    claimer, writer = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        await claimer.execute(f"TRUNCATE {TABLES}")
+        if variant["rate_class"]:
+            await claimer.execute(
+                "INSERT INTO awa.rate_classes (name, rate_per_s, burst) VALUES ('c', 1e6, 100000)"
+            )
+        await claimer.execute(
+            "INSERT INTO awa.jobs (kind, queue, args, rate_class, partition_key)"
+            " SELECT 'k', 'q', '{}', $2, CASE WHEN $3 > 0 THEN 't' || (g % $3) END"
+            " FROM generate_series(1, $1) AS g",
+            jobs, "c" if variant["rate_class"] else None, variant["partitions"],
+        )  # fmt: skip
+        await claimer.execute("ANALYZE awa.jobs")
+        await claimer.execute(queries["jobs_claim_prepare_session"])
+        await writer.execute(queries["jobs_write_prepare_session"])
+        await claimer.fetchval(queries["lanes_open"], ["q"])
+        claim = await claimer.prepare(queries["jobs_claim_with_settings"])
+        finish = await writer.prepare(queries["jobs_finish_batch"])
+        pids = [await c.fetchval("SELECT pg_backend_pid()") for c in (claimer, writer)]
+        before = [cpu_s(pid) for pid in pids]
+        claims = claimed = 0
+        while True:
+            rows = await claim.fetch(
+                ["q"], [batch], 1, [], [], [None], [variant["aging"]], [False],
+                variant["rate_class"], [variant["fair"]],
+            )  # fmt: skip
+            rows = [row for row in rows if row["id"] is not None]
+            if not rows:
+                break
+            claims += 1
+            claimed += len(rows)
+            n = len(rows)
+            await finish.fetch(
+                [r["id"] for r in rows], [r["run_lease"] for r in rows],
+                ["completed"] * n, [None] * n, [0] * n, [None] * n,
+            )  # fmt: skip
+        if claimed != jobs:
+            raise RuntimeError(f"claimed {claimed} of {jobs} jobs")
+        after = [cpu_s(pid) for pid in pids]
+        claim_us, write_us = ((a - b) / claims * 1e6 for a, b in zip(after, before, strict=True))
+        return claim_us, write_us
+    finally:
+        await claimer.close()
+        await writer.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="a database this tree migrated")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100, help="jobs per claim")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default="plain,fair8,flow8,fair64,fair512,plain512")
+    opts = parser.parse_args()
+    queries = load()
+    names = opts.variants.split(",")
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for _ in range(opts.rounds):
+        for name in names:
+            results[name].append(
+                await cycle(opts.url, queries, VARIANTS[name], opts.jobs, opts.batch)
+            )
+    for name, rounds in results.items():
+        claim = statistics.median(r[0] for r in rounds)
+        write = statistics.median(r[1] for r in rounds)
+        print(
+            f"{name}: claim {claim:.0f} µs, outcome write {write:.0f} µs of server CPU per "
+            f"claim of {opts.batch} (claims by round: {[round(r[0]) for r in rounds]})"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
