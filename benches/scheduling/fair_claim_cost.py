@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-SQL = Path(__file__).resolve().parents[2] / "python" / "awa" / "sql" / "queries"
-NAME = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
+from claim_cost import NEW_SQL, cpu_s, load  # benches/storage/claim_cost.py
 
 #: fair: claims take the partitions round-robin; aging: the aging interval
 #: (s); rate_class: every job in one class far above any drain rate;
@@ -43,18 +42,6 @@ TABLES = (
     "awa.jobs, awa.workers, awa.lanes, awa.lane_moves, awa.lane_lowerings, awa.claims, "
     "awa.queue_settings, awa.rate_classes"
 )
-
-
-def load() -> dict[str, str]:
-    queries: dict[str, str] = {}
-    for path in sorted(SQL.glob("*.sql")):
-        queries |= {m.group(1): m.group(2) for m in NAME.finditer(path.read_text())}
-    return queries
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def cycle(
@@ -116,7 +103,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default="plain,fair8,flow8,fair64,fair512,plain512")
     opts = parser.parse_args()
-    queries = load()
+    queries = load(NEW_SQL)
     names = opts.variants.split(",")
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
