@@ -589,6 +589,15 @@ def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:
         f"  priority {job.priority}  run_at {_when(job.run_at)}",
         f"  created {_when(job.created_at)}  finished {_when(job.finalized_at)}",
     ]
+    flow = [
+        f"{name} {value}"
+        for name, value in (("rate_class", job.rate_class), ("partition_key", job.partition_key))
+        if value is not None
+    ]
+    if job.schema_version != 1:
+        flow.append(f"schema_version {job.schema_version}")
+    if flow:
+        lines.append("  " + "  ".join(flow))
     if with_payload:
         lines.append(f"  args {job.args_json}")
         lines.append(f"  metadata {json.dumps(job.metadata, sort_keys=True)}")

@@ -94,6 +94,21 @@ async def test_explain_prints_the_reason_and_the_sentence(database_url, conn):
     assert (code, err.strip()) == (1, "awa: there is no job with id 999999")
 
 
+async def test_jobs_show_prints_a_jobs_rate_class_partition_and_schema_version(database_url, conn):
+    keyed = await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, queue, args, rate_class, partition_key, schema_version)"
+        " VALUES ('k', 'q', '{}', 'mail', 'tenant 7', 3) RETURNING id"
+    )
+    plain = await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, queue, args) VALUES ('k', 'q', '{}') RETURNING id"
+    )
+    code, out, _ = await run_awa("jobs", "show", str(keyed), "--database-url", database_url)
+    assert code == 0
+    assert "  rate_class mail  partition_key tenant 7  schema_version 3\n" in out
+    code, out, _ = await run_awa("jobs", "show", str(plain), "--database-url", database_url)
+    assert (code, "rate_class" in out, "partition_key" in out) == (0, False, False)
+
+
 async def _a_schedule(conn, name: str) -> None:
     await conn.execute(
         "INSERT INTO awa.periodic (name, cron, timezone, kind, args, options, "
