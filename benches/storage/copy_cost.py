@@ -48,6 +48,7 @@ PARTIAL_INDEXES = (
 VARIANTS: dict[str, list[str]] = {
     "as-migrated": [],
     "no-lane-index": ["DROP INDEX awa.jobs_lane_idx"],
+    "no-partition-lane-index": ["DROP INDEX awa.jobs_partition_lane_idx"],
     "lane-index-fixed-width": [
         # (priority, run_at, id): the lane index without its text column.
         "DROP INDEX awa.jobs_lane_idx",
@@ -68,6 +69,16 @@ VARIANTS: dict[str, list[str]] = {
             ALTER TABLE awa.jobs ALTER COLUMN queue TYPE text COLLATE "C";
             EXECUTE follow;
         END $$"""
+    ],
+    # Migration 0022's layout: every job in the partition lane index (its
+    # partition '' stood for the jobs without a key), the whole lane's index
+    # without the key.
+    "partition-index-every-job": [
+        "DROP INDEX awa.jobs_partition_lane_idx",
+        "CREATE INDEX jobs_partition_lane_idx"
+        " ON awa.jobs (queue, priority, (coalesce(partition_key, '')), run_at, id)",
+        "DROP INDEX awa.jobs_lane_idx",
+        "CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id)",
     ],
     "fillfactor-70": ["ALTER TABLE awa.jobs SET (fillfactor = 70)"],
     "no-checks": [

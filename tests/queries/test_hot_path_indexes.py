@@ -33,7 +33,7 @@ async def test_no_index_reads_a_column_the_hot_path_writes(conn):
     # The query sees key and predicate columns alike.
     assert read["jobs_unique_key_idx"] == {"unique_key"}
     assert read["jobs_dead_letter_idx"] == {"id", "failure_reason"}
-    assert read["jobs_lane_idx"] == {"queue", "priority", "run_at", "id"}
+    assert read["jobs_lane_idx"] == {"queue", "priority", "run_at", "id", "partition_key"}
     hot = {index: columns & HOT_PATH_COLUMNS for index, columns in read.items()}
     assert {index: columns for index, columns in hot.items() if columns} == {}
 

@@ -121,13 +121,17 @@ CREATE TABLE awa.jobs (
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
 -- claim reads it from the lane's hint (see awa.claim_v2). No index of this
 -- table reads a column that a claim or an outcome writes, so those updates
--- are HOT (tests/queries/test_hot_path_indexes.py).
-CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id);
+-- are HOT (tests/queries/test_hot_path_indexes.py). Its last column lets a
+-- fair queue's lane of the jobs without a partition key step over the keyed
+-- jobs without reading their rows (migration 0023).
+CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id, partition_key);
 
--- A fair queue's claims: the same order within each partition ('': the jobs
--- without a partition key; migration 0022).
+-- A fair queue's claims: the same order within each partition, for the
+-- jobs with a partition key (migration 0023; a fair queue's jobs without
+-- one are read from jobs_lane_idx, whose last column says so).
 CREATE INDEX jobs_partition_lane_idx
-    ON awa.jobs (queue, priority, (coalesce(partition_key, '')), run_at, id);
+    ON awa.jobs (queue, priority, partition_key, run_at, id)
+    WHERE partition_key IS NOT NULL;
 
 -- cancel_by_unique_key finds a key's unfinished jobs by it (the key never
 -- changes, so the index costs no claim or outcome its HOT update).
@@ -973,10 +977,22 @@ BEGIN
                                   AND (j.deadline_at IS NULL OR j.deadline_at > now())
                                 ORDER BY j.run_at, j.id
                                 LIMIT 1)
+                           WHEN lanes.partition_key = '' THEN
+                               -- the jobs without a key, in the whole lane's
+                               -- index (its last column skips the others
+                               -- without reading them)
+                               (SELECT j.run_at FROM awa.jobs AS j
+                                WHERE j.queue = lanes.queue AND j.priority = lanes.priority
+                                  AND j.partition_key IS NULL
+                                  AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
+                                  AND j.run_at <= now() AND j.state = 'available'
+                                  AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                ORDER BY j.run_at, j.id
+                                LIMIT 1)
                            ELSE
                                (SELECT j.run_at FROM awa.jobs AS j
                                 WHERE j.queue = lanes.queue AND j.priority = lanes.priority
-                                  AND coalesce(j.partition_key, '') = lanes.partition_key
+                                  AND j.partition_key = lanes.partition_key
                                   AND (j.run_at, j.id) > (mv.hint_run_at, mv.hint_id)
                                   AND j.run_at <= now() AND j.state = 'available'
                                   AND (j.deadline_at IS NULL OR j.deadline_at > now())
@@ -1049,9 +1065,9 @@ BEGIN
                             CONTINUE;
                         END IF;
                     END IF;
-                    -- An idle partition lane with nothing to rescan: no move
-                    -- (see below), so nothing more to work out.
-                    CONTINUE WHEN lane.partition_key IS NOT NULL AND NOT lane.has_jobs
+                    -- An idle keyed partition lane with nothing to rescan: no
+                    -- move (see below), so nothing more to work out.
+                    CONTINUE WHEN lane.partition_key <> '' AND NOT lane.has_jobs
                                   AND NOT lane.has_lowerings
                                   AND coalesce(cardinality(lane.note_xid), 0) = 0;
                     -- From the hint, or from further back: a noted transaction that
@@ -1079,11 +1095,15 @@ BEGIN
                         END IF;
                     END IF;
                     rescan := ended_run_at IS NOT NULL OR lowering_ids IS NOT NULL;
-                    -- An idle lane moves at most once a second; an idle
-                    -- partition lane only to rescan (a fair queue may have
-                    -- many; their hints stay just past their last jobs).
+                    -- An idle lane moves at most once a second, so its next
+                    -- claims read the index from a second ago at most: a
+                    -- whole lane, and the lane of the jobs without a key
+                    -- (whose reads step over every keyed job of the queue
+                    -- and priority). An idle keyed partition lane moves only
+                    -- to rescan (a fair queue may have many; their hints
+                    -- stay just past their last jobs).
                     CONTINUE WHEN NOT (lane.has_jobs OR rescan
-                                       OR (lane.partition_key IS NULL
+                                       OR (coalesce(lane.partition_key, '') = ''
                                            AND lane.hint_run_at < now() - interval '1 second'));
                     got := 0;
                     IF lane.has_jobs OR rescan THEN
@@ -1110,6 +1130,23 @@ BEGIN
                                   ORDER BY j.run_at, j.id
                                   LIMIT asked
                                   FOR UPDATE OF j SKIP LOCKED) AS c;
+                        ELSIF lane.partition_key = '' THEN
+                            -- The same for the jobs without a key.
+                            SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
+                                   array_agg(c.run_at), array_agg(c.rate_class::text)
+                            INTO picked, top_run_at, picked_run_at, picked_class
+                            FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
+                                  WHERE j.queue = lane.queue AND j.priority = lane.priority
+                                    AND j.partition_key IS NULL
+                                    AND (j.run_at, j.id) > (from_run_at, from_id)
+                                    AND j.run_at <= least(greatest(now(), lane.hint_run_at),
+                                                          cutoff)
+                                    AND j.state = 'available'
+                                    AND (j.deadline_at IS NULL OR j.deadline_at > now())
+                                    AND j.id <> ALL (queue_picked)
+                                  ORDER BY j.run_at, j.id
+                                  LIMIT asked
+                                  FOR UPDATE OF j SKIP LOCKED) AS c;
                         ELSE
                             -- The same within one partition.
                             SELECT coalesce(array_agg(c.id), '{}'), max(c.run_at),
@@ -1117,7 +1154,7 @@ BEGIN
                             INTO picked, top_run_at, picked_run_at, picked_class
                             FROM (SELECT j.id, j.run_at, j.rate_class FROM awa.jobs AS j
                                   WHERE j.queue = lane.queue AND j.priority = lane.priority
-                                    AND coalesce(j.partition_key, '') = lane.partition_key
+                                    AND j.partition_key = lane.partition_key
                                     AND (j.run_at, j.id) > (from_run_at, from_id)
                                     AND j.run_at <= least(greatest(now(), lane.hint_run_at),
                                                           cutoff)
@@ -1424,8 +1461,10 @@ $$;
 CREATE FUNCTION awa.sweep_lane_v1(sweep_lane integer, from_start boolean, walk_limit integer)
 RETURNS boolean
 LANGUAGE plpgsql
--- Planned for each call's lane: a whole lane walks jobs_lane_idx, a
--- partition lane jobs_partition_lane_idx (a plan for both would do neither).
+-- Planned for each call's lane: a whole lane and the partition lane of the
+-- jobs without a key ('') walk jobs_lane_idx, a keyed partition lane
+-- jobs_partition_lane_idx (a plan for all would do neither; the CASE
+-- below folds to its lane's branch).
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
@@ -1474,7 +1513,9 @@ BEGIN
                AND (j.deadline_at IS NULL OR j.deadline_at > now()) AS claimable
         FROM awa.jobs AS j
         WHERE j.queue = lane.queue AND j.priority = lane.priority
-          AND (lane.partition_key IS NULL OR coalesce(j.partition_key, '') = lane.partition_key)
+          AND CASE WHEN lane.partition_key IS NULL THEN true
+                   WHEN lane.partition_key = '' THEN j.partition_key IS NULL
+                   ELSE j.partition_key = lane.partition_key END
           AND (j.run_at, j.id) > (start_run_at, start_id)
           AND (j.run_at, j.id) <= (m.hint_run_at, m.hint_id)
         ORDER BY j.run_at, j.id
@@ -1490,7 +1531,9 @@ BEGIN
     IF first_id IS NOT NULL THEN
         SELECT j.run_at, j.id INTO free_run_at, free_id FROM awa.jobs AS j
         WHERE j.queue = lane.queue AND j.priority = lane.priority
-          AND (lane.partition_key IS NULL OR coalesce(j.partition_key, '') = lane.partition_key)
+          AND CASE WHEN lane.partition_key IS NULL THEN true
+                   WHEN lane.partition_key = '' THEN j.partition_key IS NULL
+                   ELSE j.partition_key = lane.partition_key END
           AND (j.run_at, j.id) >= (first_run_at, first_id)
           AND (j.run_at, j.id) <= (m.hint_run_at, m.hint_id)
           AND j.run_at <= now() AND j.state = 'available'
