@@ -140,6 +140,35 @@ async def test_turning_fairness_on_and_off_loses_and_repeats_no_job(conn):
     assert sorted(taken) == sorted(inserted)
 
 
+async def test_the_lane_of_jobs_without_a_key_moves_past_the_keyed_jobs_when_idle(conn):
+    """Its reads step over the keyed jobs after its hint (migration 0023):
+    idle, with a hint a second old, it moves even when the keyed lanes
+    fill the claim, and a job without a key inserted later is still taken."""
+    await set_fair(conn, True)
+    worker = await register_worker(conn)
+    a_jobs = await backlog(conn, "a", 300)
+    no_key_lane = (await lane(conn, 2, ""))["id"]
+    hint_past_jobs = (
+        "SELECT (SELECT hint_run_at FROM awa.lane_moves WHERE lane_id = $1"
+        " ORDER BY seq DESC LIMIT 1) >= (SELECT max(run_at) FROM awa.jobs)"
+    )
+    assert await conn.fetchval(hint_past_jobs, no_key_lane) is False
+    assert await claim_ids(conn, worker, 10) == a_jobs[:10]
+    assert await conn.fetchval(hint_past_jobs, no_key_lane) is True
+    [no_key] = await backlog(conn, None, 1)
+    taken = await claim_ids(conn, worker, 60)
+    assert no_key in taken
+
+
+async def test_jobs_without_a_key_leave_the_partition_lane_index_empty(conn):
+    """Only keyed jobs have an entry in jobs_partition_lane_idx (migration
+    0023): every insert without a key writes one index entry fewer."""
+    await backlog(conn, None, 5_000)
+    await backlog(conn, "a", 5)
+    # The metapage and one leaf, where 5 005 entries would need some 30.
+    assert await conn.fetchval("SELECT pg_relation_size('awa.jobs_partition_lane_idx')") == 2 * 8192
+
+
 async def test_a_job_made_claimable_again_behind_its_partition_lanes_hint_is_claimed(conn):
     await set_fair(conn, True)
     worker = await register_worker(conn)

@@ -832,6 +832,7 @@ DECLARE
     level_visited integer;
     round_took integer;
     queue_picked bigint[];
+    idle_move boolean;
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -1036,7 +1037,15 @@ BEGIN
                     me := lane.me;
                     open_xids := lane.open_xids;
                     asked := remaining[q];
-                    CONTINUE WHEN asked <= 0;
+                    -- A fair queue's lane of the jobs without a key, idle with
+                    -- a hint a second old, moves even once the claim is full
+                    -- (its keyed lanes fill it first, and this lane's reads
+                    -- step over every keyed job after its hint).
+                    idle_move := lane.partition_key = '' AND NOT lane.has_jobs
+                                 AND NOT lane.has_lowerings
+                                 AND coalesce(cardinality(lane.note_xid), 0) = 0
+                                 AND lane.hint_run_at < now() - interval '1 second';
+                    CONTINUE WHEN asked <= 0 AND NOT idle_move;
                     cutoff := 'infinity';
                     IF leveled THEN
                         IF lane.head_level = lane.level THEN
@@ -1234,7 +1243,7 @@ BEGIN
                             top_run_at := picked_run_at[got];
                         END IF;
                     END IF;
-                    IF got = asked OR class_cut THEN
+                    IF (got = asked AND got > 0) OR class_cut THEN
                         -- The last job taken; behind the hint after a rescan that
                         -- filled the claim (a lowering), or one a rate class
                         -- cut short, since more may wait there.
