@@ -281,3 +281,43 @@ async def test_migration_13_copies_the_scheduled_and_retryable_jobs_and_only_tho
         assert {row["job_id"] for row in due} == waiting
     finally:
         await conn.close()
+
+
+async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh_database):
+    """docs/operations.md: built CONCURRENTLY under the names migration 0023
+    looks for, the two indexes are kept, and the schema ends as schema.sql's."""
+
+    async def seed(conn):
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, partition_key)"
+            " VALUES ('k', 'q', NULL), ('k', 'q', 'tenant')"
+        )
+        await conn.execute(
+            "CREATE INDEX CONCURRENTLY jobs_lane_key_idx"
+            " ON awa.jobs (queue, priority, run_at, id, partition_key)"
+        )
+        await conn.execute(
+            "CREATE INDEX CONCURRENTLY jobs_keyed_lane_idx"
+            " ON awa.jobs (queue, priority, partition_key, run_at, id)"
+            " WHERE partition_key IS NOT NULL"
+        )
+        return await conn.fetchval("SELECT oid FROM pg_class WHERE relname = 'jobs_keyed_lane_idx'")
+
+    migrated, declared = await fresh_database(), await fresh_database()
+    conn = await asyncpg.connect(migrated)
+    try:
+        prebuilt = await migrate_seeding(conn, 23, seed)
+        assert (
+            await conn.fetchval(
+                "SELECT oid FROM pg_class WHERE relname = 'jobs_partition_lane_idx'"
+            )
+            == prebuilt
+        )
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(declared)
+    try:
+        await conn.execute(sql.schema_sql())
+    finally:
+        await conn.close()
+    assert await catalog(migrated) == await catalog(declared)
