@@ -142,7 +142,7 @@ async def test_turning_fairness_on_and_off_loses_and_repeats_no_job(conn):
 
 async def test_the_lane_of_jobs_without_a_key_moves_past_the_keyed_jobs_when_idle(conn):
     """Its reads step over the keyed jobs after its hint (migration 0023):
-    idle, with a hint a second old, it moves even when the keyed lanes
+    idle, with a hint 100 ms old, it moves even when the keyed lanes
     fill the claim, and a job without a key inserted later is still taken."""
     await set_fair(conn, True)
     worker = await register_worker(conn)

@@ -1038,13 +1038,13 @@ BEGIN
                     open_xids := lane.open_xids;
                     asked := remaining[q];
                     -- A fair queue's lane of the jobs without a key, idle with
-                    -- a hint a second old, moves even once the claim is full
+                    -- a hint 100 ms old, moves even once the claim is full
                     -- (its keyed lanes fill it first, and this lane's reads
                     -- step over every keyed job after its hint).
                     idle_move := lane.partition_key = '' AND NOT lane.has_jobs
                                  AND NOT lane.has_lowerings
                                  AND coalesce(cardinality(lane.note_xid), 0) = 0
-                                 AND lane.hint_run_at < now() - interval '1 second';
+                                 AND lane.hint_run_at < now() - interval '100 milliseconds';
                     CONTINUE WHEN asked <= 0 AND NOT idle_move;
                     cutoff := 'infinity';
                     IF leveled THEN
@@ -1104,16 +1104,20 @@ BEGIN
                         END IF;
                     END IF;
                     rescan := ended_run_at IS NOT NULL OR lowering_ids IS NOT NULL;
-                    -- An idle lane moves at most once a second, so its next
-                    -- claims read the index from a second ago at most: a
-                    -- whole lane, and the lane of the jobs without a key
-                    -- (whose reads step over every keyed job of the queue
-                    -- and priority). An idle keyed partition lane moves only
-                    -- to rescan (a fair queue may have many; their hints
-                    -- stay just past their last jobs).
+                    -- An idle whole lane moves at most once a second, so its
+                    -- next claims read the index from a second ago at most;
+                    -- the lane of the jobs without a key at most ten times a
+                    -- second, since its reads step over every keyed job of
+                    -- the queue and priority after its hint (a fair queue's
+                    -- jobs mostly have a key). An idle keyed partition lane
+                    -- moves only to rescan (a fair queue may have many;
+                    -- their hints stay just past their last jobs).
                     CONTINUE WHEN NOT (lane.has_jobs OR rescan
-                                       OR (coalesce(lane.partition_key, '') = ''
-                                           AND lane.hint_run_at < now() - interval '1 second'));
+                                       OR (lane.partition_key IS NULL
+                                           AND lane.hint_run_at < now() - interval '1 second')
+                                       OR (lane.partition_key = ''
+                                           AND lane.hint_run_at
+                                               < now() - interval '100 milliseconds'));
                     got := 0;
                     IF lane.has_jobs OR rescan THEN
                         -- In key order (array_agg keeps the subquery's): the last
