@@ -54,6 +54,19 @@ VARIANTS: dict[str, list[str]] = {
         "DROP INDEX awa.jobs_lane_idx",
         "CREATE INDEX jobs_lane_idx ON awa.jobs (priority, run_at, id)",
     ],
+    # The lane index keyed by a hash of the queue (fixed width), and whether
+    # the job has a partition key, not the key (no null in any entry).
+    "lane-index-queue-hash": [
+        "DROP INDEX awa.jobs_lane_idx",
+        "CREATE INDEX jobs_lane_idx ON awa.jobs"
+        " ((hashtext(queue)), priority, run_at, id, (partition_key IS NULL))",
+    ],
+    # The lane index as migrated, without its last column (no null in any
+    # entry).
+    "lane-index-without-partition-key": [
+        "DROP INDEX awa.jobs_lane_idx",
+        "CREATE INDEX jobs_lane_idx ON awa.jobs (queue, priority, run_at, id)",
+    ],
     # The lane index as migrated, its queue compared byte by byte: under a
     # database collation other than C (C.UTF-8 included), a comparison of
     # two different strings of the text column calls the C library's
