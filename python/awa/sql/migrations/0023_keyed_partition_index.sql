@@ -2,7 +2,7 @@
 -- partition key only. Migration 0022 gave every job an entry in it (its
 -- partition '' stood for the jobs without a key), so every insert wrote a
 -- third index entry, fairness or not: a COPY of 20 000 jobs without a key
--- spent a quarter more server time and wrote 94 more bytes of WAL a job
+-- spent a third more server time and wrote 85 more bytes of WAL a job
 -- (docs/benchmarks.md, "The partition lane index, keyed jobs only").
 --
 -- A fair queue's lane of the jobs without a key ('') now reads the whole
