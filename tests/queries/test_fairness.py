@@ -4,6 +4,7 @@ hints (migration 0022; docs/flow-control.md, docs/storage.md, Lanes)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import asyncpg
@@ -158,6 +159,19 @@ async def test_the_lane_of_jobs_without_a_key_moves_past_the_keyed_jobs_when_idl
     [no_key] = await backlog(conn, None, 1)
     taken = await claim_ids(conn, worker, 60)
     assert no_key in taken
+
+
+async def test_an_idle_whole_lane_moves_at_most_once_a_second(conn):
+    """Only the lane of a fair queue's jobs without a key moves up to ten
+    times a second when idle; a whole lane's move is once a second (each
+    move is a write the claim makes)."""
+    worker = await register_worker(conn)
+    jobs = await backlog(conn, None, 30)
+    assert await claim_ids(conn, worker, 10) == jobs[:10]
+    idle_lane = (await lane(conn, 1))["seq"]
+    await asyncio.sleep(0.3)
+    assert await claim_ids(conn, worker, 10) == jobs[10:20]
+    assert (await lane(conn, 1))["seq"] == idle_lane
 
 
 async def test_jobs_without_a_key_leave_the_partition_lane_index_empty(conn):

@@ -1041,7 +1041,8 @@ BEGIN
                     -- a hint 100 ms old, moves even once the claim is full
                     -- (its keyed lanes fill it first, and this lane's reads
                     -- step over every keyed job after its hint).
-                    idle_move := lane.partition_key = '' AND NOT lane.has_jobs
+                    idle_move := lane.partition_key IS NOT DISTINCT FROM ''
+                                 AND NOT lane.has_jobs
                                  AND NOT lane.has_lowerings
                                  AND coalesce(cardinality(lane.note_xid), 0) = 0
                                  AND lane.hint_run_at < now() - interval '100 milliseconds';
@@ -1076,7 +1077,7 @@ BEGIN
                     END IF;
                     -- An idle keyed partition lane with nothing to rescan: no
                     -- move (see below), so nothing more to work out.
-                    CONTINUE WHEN lane.partition_key <> '' AND NOT lane.has_jobs
+                    CONTINUE WHEN coalesce(lane.partition_key, '') <> '' AND NOT lane.has_jobs
                                   AND NOT lane.has_lowerings
                                   AND coalesce(cardinality(lane.note_xid), 0) = 0;
                     -- From the hint, or from further back: a noted transaction that
@@ -1115,7 +1116,7 @@ BEGIN
                     CONTINUE WHEN NOT (lane.has_jobs OR rescan
                                        OR (lane.partition_key IS NULL
                                            AND lane.hint_run_at < now() - interval '1 second')
-                                       OR (lane.partition_key = ''
+                                       OR (lane.partition_key IS NOT DISTINCT FROM ''
                                            AND lane.hint_run_at
                                                < now() - interval '100 milliseconds'));
                     got := 0;
