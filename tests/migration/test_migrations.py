@@ -67,6 +67,16 @@ async def catalog(url: str) -> dict[str, list[tuple]]:
         await connection.close()
 
 
+async def declared_catalog(url: str) -> dict[str, list[tuple]]:
+    """The catalog of ``schema.sql`` applied to the empty database ``url``."""
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(sql.schema_sql())
+    finally:
+        await connection.close()
+    return await catalog(url)
+
+
 @pytest.fixture
 async def fresh_database(server_url):
     """Makes empty databases on the test server; drops them afterwards."""
@@ -88,15 +98,10 @@ async def fresh_database(server_url):
 
 
 async def test_schema_sql_equals_all_migrations_applied(fresh_database):
-    migrated, declared = await fresh_database(), await fresh_database()
+    migrated = await fresh_database()
     async with awa.AsyncClient(migrated) as client:
         assert await client.migrate() == [m.version for m in sql.MIGRATIONS]
-    connection = await asyncpg.connect(declared)
-    try:
-        await connection.execute(sql.schema_sql())
-    finally:
-        await connection.close()
-    assert await catalog(migrated) == await catalog(declared)
+    assert await catalog(migrated) == await declared_catalog(await fresh_database())
 
 
 async def test_migrate_twice_applies_nothing_the_second_time(fresh_database):
@@ -303,7 +308,7 @@ async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh
         )
         return await conn.fetchval("SELECT oid FROM pg_class WHERE relname = 'jobs_keyed_lane_idx'")
 
-    migrated, declared = await fresh_database(), await fresh_database()
+    migrated = await fresh_database()
     conn = await asyncpg.connect(migrated)
     try:
         prebuilt = await migrate_seeding(conn, 23, seed)
@@ -315,9 +320,4 @@ async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh
         )
     finally:
         await conn.close()
-    conn = await asyncpg.connect(declared)
-    try:
-        await conn.execute(sql.schema_sql())
-    finally:
-        await conn.close()
-    assert await catalog(migrated) == await catalog(declared)
+    assert await catalog(migrated) == await declared_catalog(await fresh_database())
