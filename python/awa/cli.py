@@ -182,6 +182,10 @@ def _parser() -> argparse.ArgumentParser:
         "--fair", action=argparse.BooleanOptionalAction, default=UNSET,
         help="claim round-robin across the partitions (partition_key=) with jobs waiting",
     )  # fmt: skip
+    configure.add_argument(
+        "--max-workers-per-partition", type=_or_none(int), default=UNSET,
+        metavar="N|none", help="at most N jobs of each partition run at once across the fleet",
+    )  # fmt: skip
     drain = queue_commands.add_parser(
         "drain", help="wait until no running, due or retrying job is left (spec 002)"
     )
@@ -479,6 +483,7 @@ async def _queues_configure(options: argparse.Namespace) -> int:
             global_max_running=options.global_max_running,
             rate_limit=options.rate_limit,
             fair=options.fair,
+            max_workers_per_partition=options.max_workers_per_partition,
         )
     print(describe_queue(config))
     return 0
@@ -578,6 +583,8 @@ def describe_queue(config: QueueConfig) -> str:
         limits.append(f"rate limit {rate:g}/s, burst {burst}")
     if config.fair:
         limits.append("fair across partitions")
+    if config.max_workers_per_partition is not None:
+        limits.append(f"at most {config.max_workers_per_partition} running per partition")
     return "; ".join([line, *limits])
 
 

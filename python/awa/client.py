@@ -1055,6 +1055,7 @@ class AsyncClient:
         global_max_running: int | queues._Unset | None = queues.UNSET,
         rate_limit: tuple[float, int] | queues._Unset | None = queues.UNSET,
         fair: bool | queues._Unset = queues.UNSET,
+        max_workers_per_partition: int | queues._Unset | None = queues.UNSET,
     ) -> queues.QueueConfig:
         """Sets ``queue``'s flow control for the whole fleet; a setting not
         given keeps its value, ``None`` removes it. Every worker applies a
@@ -1072,8 +1073,11 @@ class AsyncClient:
         charged an attempt. ``fair=True``: claims go round-robin across the
         partitions (``partition_key=`` on insert) that have jobs waiting, so
         one tenant's backlog cannot hold back another's jobs; within a
-        partition the order stays priority, run_at, id. See
-        docs/flow-control.md."""
+        partition the order stays priority, run_at, id.
+        ``max_workers_per_partition``: at most this many jobs of each
+        partition run at once across the fleet (jobs without a key are not
+        capped); the queue's claims then go partition by partition, as with
+        ``fair=True``. See docs/flow-control.md."""
         return await queues.configure(
             await self._database(),
             queue,
@@ -1081,6 +1085,7 @@ class AsyncClient:
             global_max_running=global_max_running,
             rate_limit=rate_limit,
             fair=fair,
+            max_workers_per_partition=max_workers_per_partition,
         )
 
     async def configure_rate_class(self, name: str, *, rate: float, burst: int) -> queues.RateClass:

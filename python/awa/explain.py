@@ -45,6 +45,9 @@ class ExplainReason(StrEnum):
     NO_WORKER = "no_worker"
     #: Its queue's fleet-wide ceiling (``global_max_running``) is reached.
     CEILING_REACHED = "ceiling_reached"
+    #: Its partition runs as many jobs as its queue's cap per partition
+    #: (``max_workers_per_partition``) lets it.
+    PARTITION_CAP_REACHED = "partition_cap_reached"
     #: Its queue's rate limit has no token left until ``until``.
     RATE_LIMITED = "rate_limited"
     #: Due jobs of its queue with a higher priority (or older) go first.
@@ -63,7 +66,8 @@ class Explanation:
     until: datetime.datetime | None = None
     #: Due jobs ahead of it (``BEHIND_OTHER_JOBS``; counted up to 10 000).
     ahead: int | None = None
-    #: The running jobs holding its queue's ceiling (``CEILING_REACHED``).
+    #: The running jobs holding its queue's ceiling (``CEILING_REACHED``) or
+    #: its partition's cap (``PARTITION_CAP_REACHED``).
     holders: tuple[int, ...] = ()
 
 
@@ -137,16 +141,25 @@ def _explain(row: Any) -> Explanation:
 
 
 def _held_back_by_limits(row: Any, because: Callable[..., Explanation]) -> Explanation | None:
-    """The queue's ceiling or rate limit, when either holds the job back now."""
+    """The queue's ceiling, its cap per partition or a rate limit, when one
+    holds the job back now."""
     queue, holders = row["queue"], tuple(row["ceiling_holders"] or ())
     ceiling = row["global_max_running"]
     if ceiling is not None and len(holders) >= ceiling:
-        shown = ", ".join(map(str, holders[:10])) + (", ..." if len(holders) > 10 else "")
         return because(
             ExplainReason.CEILING_REACHED,
             f"queue {queue} runs {len(holders)} jobs, its ceiling (global_max_running="
-            f"{ceiling}): jobs {shown} hold the slots",
+            f"{ceiling}): jobs {_listed(holders)} hold the slots",
             holders=holders,
+        )
+    cap, key = row["max_workers_per_partition"], row["partition_key"]
+    partition_holders = tuple(row["partition_holders"] or ())
+    if cap is not None and key is not None and len(partition_holders) >= cap:
+        return because(
+            ExplainReason.PARTITION_CAP_REACHED,
+            f"partition {key} of queue {queue} runs {len(partition_holders)} jobs, its cap "
+            f"(max_workers_per_partition={cap}): jobs {_listed(partition_holders)} hold the slots",
+            holders=partition_holders,
         )
     for tokens, rate, burst, what in (
         (row["rate_tokens"], row["rate_per_s"], row["rate_burst"], f"queue {queue}"),
@@ -162,3 +175,8 @@ def _held_back_by_limits(row: Any, because: Callable[..., Explanation]) -> Expla
                 until=row["now"] + datetime.timedelta(seconds=wait_s),
             )
     return None
+
+
+def _listed(ids: tuple[int, ...]) -> str:
+    """The first ten ids, and an ellipsis for the rest."""
+    return ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else "")

@@ -52,6 +52,10 @@ class QueueConfig:
     #: Whether claims go round-robin across the partitions (``partition_key=``)
     #: with jobs waiting, rather than in key order across them all.
     fair: bool = False
+    #: At most this many jobs of each partition (``partition_key=``) run at
+    #: once across the fleet; jobs without a key are not capped. A capped
+    #: queue is claimed partition by partition, as a fair one is.
+    max_workers_per_partition: int | None = None
 
 
 class _Unset:
@@ -107,6 +111,7 @@ async def configure(
     global_max_running: int | _Unset | None = UNSET,
     rate_limit: RateLimit | _Unset | None = UNSET,
     fair: bool | _Unset = UNSET,
+    max_workers_per_partition: int | _Unset | None = UNSET,
 ) -> QueueConfig:
     """Sets the flow-control settings given (``None`` removes one) and keeps
     the others; returns the queue's settings."""
@@ -119,7 +124,9 @@ async def configure(
         else _aging_s(priority_aging_interval)
     )
     if not isinstance(global_max_running, _Unset):
-        _check_ceiling(global_max_running)
+        _check_cap(global_max_running, "global_max_running")
+    if not isinstance(max_workers_per_partition, _Unset):
+        _check_cap(max_workers_per_partition, "max_workers_per_partition")
     rate = rate_limit if isinstance(rate_limit, _Unset) else _rate_limit(rate_limit)
     await db.require_schema()
     row = await db.fetchrow(
@@ -132,6 +139,8 @@ async def configure(
         None if isinstance(rate, _Unset) or rate is None else rate[0],
         None if isinstance(rate, _Unset) or rate is None else rate[1],
         not isinstance(fair, _Unset), None if isinstance(fair, _Unset) else fair,
+        not isinstance(max_workers_per_partition, _Unset),
+        None if isinstance(max_workers_per_partition, _Unset) else max_workers_per_partition,
     )  # fmt: skip
     return _config(row)
 
@@ -149,13 +158,13 @@ def _aging_s(interval: Any) -> float | None:
     return float(seconds)
 
 
-def _check_ceiling(ceiling: Any) -> None:
-    if ceiling is None:
+def _check_cap(cap: Any, setting: str) -> None:
+    """A count of running jobs (a ceiling, a cap per partition), or ``None``."""
+    if cap is None:
         return
-    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 1 <= ceiling <= MAX_LIMIT:
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_LIMIT:
         raise ValidationError(
-            f"global_max_running: must be an integer from 1 to {MAX_LIMIT} (got {ceiling!r})",
-            "global_max_running",
+            f"{setting}: must be an integer from 1 to {MAX_LIMIT} (got {cap!r})", setting
         )
 
 
@@ -294,4 +303,5 @@ def _config(row: Any) -> QueueConfig:
         global_max_running=row["global_max_running"],
         rate_limit=None if row["rate_per_s"] is None else (row["rate_per_s"], row["rate_burst"]),
         fair=row["fair"],
+        max_workers_per_partition=row["max_workers_per_partition"],
     )

@@ -48,6 +48,25 @@ async def test_configure_turns_fairness_on_and_off(database_url, conn):
     assert (code, out.strip()) == (0, "queue emails: not paused")
 
 
+async def test_configure_sets_and_removes_a_cap_per_partition(database_url, conn):
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--max-workers-per-partition", "2",
+        "--database-url", database_url,
+    )  # fmt: skip
+    assert (code, out.strip()) == (0, "queue emails: not paused; at most 2 running per partition")
+    code, out, _ = await run_awa(
+        "queues", "configure", "emails", "--max-workers-per-partition", "none",
+        "--database-url", database_url,
+    )  # fmt: skip
+    assert (code, out.strip()) == (0, "queue emails: not paused")
+    code, _, err = await run_awa(
+        "queues", "configure", "emails", "--max-workers-per-partition", "0",
+        "--database-url", database_url,
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip().startswith("awa: max_workers_per_partition: must be an integer from 1")
+
+
 async def test_configure_refuses_bad_values_by_name(database_url, conn):
     code, _, err = await run_awa(
         "queues", "configure", "emails", "--rate-limit", "50", "--database-url", database_url

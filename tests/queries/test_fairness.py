@@ -24,8 +24,9 @@ async def _lanes_of_q(conn: asyncpg.Connection) -> None:
 
 async def set_fair(conn: asyncpg.Connection, fair: bool) -> None:
     await conn.fetchrow(
-        Q("queue_settings_configure"), "q", False, None, False, None, False, None, None, True, fair
-    )
+        Q("queue_settings_configure"),
+        "q", False, None, False, None, False, None, None, True, fair, False, None,
+    )  # fmt: skip
 
 
 async def backlog(conn: asyncpg.Connection, partition: str | None, count: int) -> list[int]:

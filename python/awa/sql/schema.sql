@@ -390,7 +390,16 @@ CREATE TABLE awa.queue_settings (
     rate_tokens_at timestamptz,
     CONSTRAINT queue_settings_rate_complete CHECK ((rate_per_s IS NULL) = (rate_burst IS NULL)),
     -- claims round-robin across the partitions with jobs (migration 0022)
-    fair boolean NOT NULL DEFAULT false
+    fair boolean NOT NULL DEFAULT false,
+    -- at most max_workers_per_partition of each partition's jobs run across
+    -- the fleet (migration 0024; partition_running_keys and _ids: the jobs
+    -- the cap let start, with their partitions, as the last claim saw them)
+    max_workers_per_partition integer
+        CONSTRAINT queue_settings_partition_cap_positive CHECK (max_workers_per_partition >= 1),
+    partition_running_keys text[] NOT NULL DEFAULT '{}',
+    partition_running_ids bigint[] NOT NULL DEFAULT '{}',
+    CONSTRAINT queue_settings_partition_running_paired
+        CHECK (cardinality(partition_running_keys) = cardinality(partition_running_ids))
 );
 
 -- Rate classes (migration 0021): token budgets shared across queues,
@@ -721,7 +730,8 @@ CREATE TRIGGER jobs_open_partition_lane_on_update
 -- id; with the queue's priority_aging_s, by aged level), skipping jobs other
 -- claims hold, each lane from its hint, and moves the hints. A queue's
 -- global_max_running and rate limit cap its count (its settings row locked
--- until commit; see migration 0019), and a job's rate class stops a lane's
+-- until commit; see migration 0019), its max_workers_per_partition each
+-- partition's (migration 0024), and a job's rate class stops a lane's
 -- claim at the first job whose class has no token left (migration 0021);
 -- a queue a limit held back gets a row that is not a job (id NULL,
 -- attempt_deadline_at: when to look again). Starting an attempt bumps attempt and run_lease (above any
@@ -833,6 +843,11 @@ DECLARE
     round_took integer;
     queue_picked bigint[];
     idle_move boolean;
+    part_cap integer;
+    part_room integer;
+    part_held boolean;
+    slot_keys text[];
+    slot_ids bigint[];
 BEGIN
     -- now() strictly before every clock read after this transaction's id
     -- exists: a transaction with a newer id keys its jobs after every job
@@ -847,9 +862,11 @@ BEGIN
        OR queue_fair IS NULL THEN
         SELECT array_agg(s.priority_aging_s ORDER BY cq.ord),
                coalesce(bool_or(s.global_max_running IS NOT NULL
-                                OR s.rate_per_s IS NOT NULL), false),
+                                OR s.rate_per_s IS NOT NULL
+                                OR s.max_workers_per_partition IS NOT NULL), false),
                EXISTS (SELECT FROM awa.rate_classes),
-               array_agg(coalesce(s.fair, false) ORDER BY cq.ord)
+               array_agg(coalesce(s.fair OR s.max_workers_per_partition IS NOT NULL, false)
+                         ORDER BY cq.ord)
         INTO aging_s, limited, classes_exist, fair_flags
         FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
         LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;
@@ -863,13 +880,15 @@ BEGIN
         fair_flags := queue_fair;
     END IF;
     IF limited THEN
-        -- A ceiling or a rate limit holds for every claimer of the fleet at
-        -- once: their claims of the queue take turns on its settings row,
-        -- locked here until the claim commits, in the queues' name order
-        -- (two claims of the same queues never wait on each other's rows).
+        -- A ceiling, a rate limit or a cap per partition holds for every
+        -- claimer of the fleet at once: their claims of the queue take turns
+        -- on its settings row, locked here until the claim commits, in the
+        -- queues' name order (two claims of the same queues never wait on
+        -- each other's rows).
         PERFORM FROM awa.queue_settings AS s
         WHERE s.queue = ANY (claim_queues)
-          AND (s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL)
+          AND (s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL
+               OR s.max_workers_per_partition IS NOT NULL)
         ORDER BY s.queue
         FOR UPDATE;
     END IF;
@@ -877,13 +896,17 @@ BEGIN
         CONTINUE WHEN remaining[q] <= 0;
         queue_has_limit := false;
         look_again_at := NULL;
+        part_cap := NULL;
+        part_held := false;
         IF limited THEN
             SELECT s.global_max_running, s.running_ids, s.rate_per_s, s.rate_burst,
-                   s.rate_tokens, s.rate_tokens_at
+                   s.rate_tokens, s.rate_tokens_at, s.max_workers_per_partition,
+                   s.partition_running_keys, s.partition_running_ids
             INTO limits
             FROM awa.queue_settings AS s
             WHERE s.queue = claim_queues[q]
-              AND (s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL);
+              AND (s.global_max_running IS NOT NULL OR s.rate_per_s IS NOT NULL
+                   OR s.max_workers_per_partition IS NOT NULL);
             queue_has_limit := FOUND;
             IF queue_has_limit THEN
                 holders := '{}';
@@ -897,6 +920,18 @@ BEGIN
                     remaining[q] := least(remaining[q],
                                           greatest(limits.global_max_running
                                                    - cardinality(holders), 0));
+                END IF;
+                part_cap := limits.max_workers_per_partition;
+                IF part_cap IS NOT NULL THEN
+                    -- Each partition's slots: its jobs this cap let start
+                    -- that still run, as (partition key, job id) pairs.
+                    SELECT coalesce(array_agg(r.k ORDER BY r.ord), '{}'),
+                           coalesce(array_agg(r.id ORDER BY r.ord), '{}')
+                    INTO slot_keys, slot_ids
+                    FROM unnest(limits.partition_running_keys, limits.partition_running_ids)
+                         WITH ORDINALITY AS r(k, id, ord)
+                    WHERE EXISTS (SELECT FROM awa.jobs AS j
+                                  WHERE j.id = r.id AND j.state = 'running');
                 END IF;
                 tokens := NULL;
                 tokens_at := clock_timestamp();
@@ -917,7 +952,9 @@ BEGIN
         -- A fair queue is claimed from its partition lanes, level by level
         -- as with aging: at each level, the lanes least recently served
         -- first, each giving its share of what is left of the claim.
-        fair := coalesce(fair_flags[q], false);
+        -- (A cap per partition counts each partition's jobs: its claims
+        -- go partition by partition too.)
+        fair := coalesce(fair_flags[q], false) OR part_cap IS NOT NULL;
         leveled := queue_aging IS NOT NULL OR fair;
         opened := false;
         -- The jobs taken from the queue's lanes, started together once its
@@ -962,6 +999,10 @@ BEGIN
                     ), heads AS MATERIALIZED (
                     SELECT tx.me, tx.open_xids, lanes.id, lanes.queue, lanes.priority,
                            lanes.partition_key, mv.made_at AS served_at, mv.seq,
+                           -- its partition runs as many jobs as its cap lets it
+                           (part_cap IS NOT NULL AND coalesce(lanes.partition_key, '') <> ''
+                            AND coalesce(cardinality(array_positions(slot_keys,
+                                    lanes.partition_key::text)), 0) >= part_cap) AS capped,
                            mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id, mv.gen, mv.clock,
                            mv.note_xid, mv.note_run_at, mv.note_id,
                            EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
@@ -1012,7 +1053,9 @@ BEGIN
                     -- interval it has been due, down to 1.
                     SELECT h.*,
                            CASE WHEN NOT leveled THEN h.priority::integer
-                                WHEN h.head_run_at IS NULL THEN NULL
+                                -- no level: a capped partition's jobs wait,
+                                -- and the other partitions' are served
+                                WHEN h.head_run_at IS NULL OR h.capped THEN NULL
                                 WHEN queue_aging IS NULL THEN h.priority::integer
                                 ELSE greatest(1, h.priority - floor(extract(epoch FROM
                                          now() - h.head_run_at) / queue_aging))::integer
@@ -1036,6 +1079,18 @@ BEGIN
                     lanes_seen := true;
                     me := lane.me;
                     open_xids := lane.open_xids;
+                    part_room := NULL;
+                    IF part_cap IS NOT NULL AND coalesce(lane.partition_key, '') <> '' THEN
+                        part_room := part_cap - coalesce(cardinality(array_positions(
+                                         slot_keys, lane.partition_key::text)), 0);
+                        IF part_room <= 0 THEN
+                            -- Its partition runs as many jobs as the cap lets
+                            -- it: neither read nor moved, so its jobs wait
+                            -- where they are.
+                            part_held := part_held OR lane.has_jobs;
+                            CONTINUE;
+                        END IF;
+                    END IF;
                     asked := remaining[q];
                     -- A fair queue's lane of the jobs without a key, idle with
                     -- a hint 100 ms old, moves even once the claim is full
@@ -1074,6 +1129,10 @@ BEGIN
                             -- it was looked at in the first.
                             CONTINUE;
                         END IF;
+                    END IF;
+                    IF part_room IS NOT NULL THEN
+                        -- No more than its partition has slots for.
+                        asked := least(asked, part_room);
                     END IF;
                     -- An idle keyed partition lane with nothing to rescan: no
                     -- move (see below), so nothing more to work out.
@@ -1271,6 +1330,11 @@ BEGIN
                         IF queue_has_limit THEN
                             taken := taken || picked;
                         END IF;
+                        IF part_room IS NOT NULL THEN
+                            slot_keys := slot_keys || array_fill(lane.partition_key::text,
+                                                                 ARRAY[got]);
+                            slot_ids := slot_ids || picked;
+                        END IF;
                         queue_picked := queue_picked || picked;
                     END IF;
                     -- A claim that opened the lanes leaves their hints before
@@ -1412,11 +1476,19 @@ BEGIN
                           * interval '1 second');
                 END IF;
             END IF;
+            IF part_held AND remaining[q] > 0 THEN
+                -- Jobs wait in partitions at their cap, and the claim has
+                -- room: an outcome frees a slot without a word.
+                look_again_at := least(look_again_at,
+                                       clock_timestamp() + interval '50 milliseconds');
+            END IF;
             UPDATE awa.queue_settings AS s
             SET running_ids = CASE WHEN limits.global_max_running IS NULL THEN '{}'
                                    ELSE holders || taken END,
                 rate_tokens = tokens - cardinality(taken),
-                rate_tokens_at = CASE WHEN tokens IS NOT NULL THEN tokens_at END
+                rate_tokens_at = CASE WHEN tokens IS NOT NULL THEN tokens_at END,
+                partition_running_keys = CASE WHEN part_cap IS NULL THEN '{}' ELSE slot_keys END,
+                partition_running_ids = CASE WHEN part_cap IS NULL THEN '{}' ELSE slot_ids END
             WHERE s.queue = claim_queues[q];
         END IF;
         IF look_again_at IS NOT NULL THEN

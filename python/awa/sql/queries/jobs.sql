@@ -994,7 +994,8 @@ WHERE claims.worker_id = $1 AND jobs.worker_id = $1 AND jobs.state = 'running';
 -- What decides when job $1 runs: its row's facts, whether its queue is
 -- paused, whether its fingerprint is quarantined, how many live workers
 -- (heartbeat within $2 seconds) serve its queue, its queue's ceiling and
--- the jobs holding it, its queue's rate limit and its rate class's, each
+-- the jobs holding it, its partition's cap and the jobs holding that, its
+-- queue's rate limit and its rate class's, each
 -- with the tokens its bucket holds now (as awa.claim_v2 reckons them), and
 -- how many due jobs of its
 -- queue a claim takes first (at most 10 000 counted). No row: no job.
@@ -1004,6 +1005,11 @@ SELECT j.id, j.state::text AS state, j.queue, j.priority, j.run_at, j.attempt,
        s.global_max_running,
        (SELECT coalesce(array_agg(h.id ORDER BY h.id), '{}') FROM awa.jobs AS h
         WHERE h.id = ANY (s.running_ids) AND h.state = 'running') AS ceiling_holders,
+       j.partition_key::text AS partition_key, s.max_workers_per_partition,
+       (SELECT coalesce(array_agg(h.id ORDER BY h.id), '{}')
+        FROM unnest(s.partition_running_keys, s.partition_running_ids) AS r(k, id)
+        JOIN awa.jobs AS h ON h.id = r.id AND h.state = 'running'
+        WHERE r.k = j.partition_key) AS partition_holders,
        s.rate_per_s, s.rate_burst,
        least(s.rate_burst::float8,
              coalesce(s.rate_tokens, s.rate_burst::float8)

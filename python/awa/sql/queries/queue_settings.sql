@@ -16,32 +16,34 @@ ON CONFLICT (queue) DO UPDATE SET
     paused_by = CASE WHEN excluded.paused THEN coalesce(excluded.paused_by, s.paused_by) END,
     updated_at = now()
 RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
-          global_max_running, rate_per_s, rate_burst, fair;
+          global_max_running, rate_per_s, rate_burst, fair, max_workers_per_partition;
 
 -- name: queue_settings_get
 -- The settings of queue $1 (no row: the defaults).
 SELECT queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
-       global_max_running, rate_per_s, rate_burst, fair
+       global_max_running, rate_per_s, rate_burst, fair, max_workers_per_partition
 FROM awa.queue_settings
 WHERE queue = $1::text;
 
 -- name: queue_settings_configure
 -- Sets the flow-control settings of queue $1 that are marked to set ($2
 -- the aging interval $3, $4 the ceiling $5, $6 the rate limit $7 per
--- second with burst $8, $9 fairness $10; NULL removes one), keeps the
--- others, and tells every worker on awa_control; returns the queue's
--- settings. A rate limit set again keeps the tokens its bucket holds (up to
--- the new burst).
+-- second with burst $8, $9 fairness $10, $11 the cap per partition $12;
+-- NULL removes one), keeps the others, and tells every worker on
+-- awa_control; returns the queue's settings. A rate limit set again keeps
+-- the tokens its bucket holds (up to the new burst).
 WITH told AS (
     SELECT pg_notify('awa_control', 'queues:' || $1::text)
 )
 INSERT INTO awa.queue_settings AS s (queue, priority_aging_s, global_max_running, rate_per_s,
-                                     rate_burst, fair, updated_at)
+                                     rate_burst, fair, max_workers_per_partition, updated_at)
 SELECT $1::text, $3::float8, $5::integer, $7::float8, $8::integer,
-       coalesce($10::boolean, false), now()
+       coalesce($10::boolean, false), $12::integer, now()
 FROM told
 ON CONFLICT (queue) DO UPDATE SET
     fair = CASE WHEN $9::boolean THEN excluded.fair ELSE s.fair END,
+    max_workers_per_partition = CASE WHEN $11::boolean THEN excluded.max_workers_per_partition
+                                     ELSE s.max_workers_per_partition END,
     priority_aging_s = CASE WHEN $2::boolean THEN excluded.priority_aging_s
                             ELSE s.priority_aging_s END,
     global_max_running = CASE WHEN $4::boolean THEN excluded.global_max_running
@@ -54,12 +56,16 @@ ON CONFLICT (queue) DO UPDATE SET
                           ELSE s.rate_tokens_at END,
     updated_at = now()
 RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
-          global_max_running, rate_per_s, rate_burst, fair;
+          global_max_running, rate_per_s, rate_burst, fair, max_workers_per_partition;
 
 -- name: queue_settings_served
 -- The settings of the queues $1 a worker serves that have any.
+-- (A cap per partition is a limit, and makes the queue's claims go
+-- partition by partition, as fairness does.)
 SELECT queue, paused, priority_aging_s,
-       global_max_running IS NOT NULL OR rate_per_s IS NOT NULL AS limited, fair
+       global_max_running IS NOT NULL OR rate_per_s IS NOT NULL
+           OR max_workers_per_partition IS NOT NULL AS limited,
+       fair OR max_workers_per_partition IS NOT NULL AS fair
 FROM awa.queue_settings
 WHERE queue = ANY ($1::text[]);
 
