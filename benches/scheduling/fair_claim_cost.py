@@ -27,13 +27,18 @@ from claim_cost import NEW_SQL, cpu_s, load  # benches/storage/claim_cost.py
 
 #: fair: claims take the partitions round-robin; aging: the aging interval
 #: (s); rate_class: every job in one class far above any drain rate;
-#: partitions: how many partition keys the jobs name in turn (0: none).
+#: partitions: how many partition keys the jobs name in turn (0: none);
+#: cap: max_workers_per_partition (a claim's jobs are finished before the
+#: next claim, so a cap of 100 never binds: it measures the bookkeeping).
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {"fair": False, "aging": None, "rate_class": False, "partitions": 0},
     "plain8": {"fair": False, "aging": None, "rate_class": False, "partitions": 8},
     "plain512": {"fair": False, "aging": None, "rate_class": False, "partitions": 512},
     "fair8": {"fair": True, "aging": None, "rate_class": False, "partitions": 8},
     "flow8": {"fair": True, "aging": 60.0, "rate_class": True, "partitions": 8},
+    "fair8-aging": {"fair": True, "aging": 60.0, "rate_class": False, "partitions": 8},
+    "fair8-class": {"fair": True, "aging": None, "rate_class": True, "partitions": 8},
+    "capped8": {"fair": False, "aging": None, "rate_class": False, "partitions": 8, "cap": 100},
     "fair64": {"fair": True, "aging": None, "rate_class": False, "partitions": 64},
     "fair512": {"fair": True, "aging": None, "rate_class": False, "partitions": 512},
 }
@@ -55,6 +60,13 @@ async def cycle(
             await claimer.execute(
                 "INSERT INTO awa.rate_classes (name, rate_per_s, burst) VALUES ('c', 1e6, 100000)"
             )
+        cap = variant.get("cap")
+        if cap is not None:
+            await claimer.execute(
+                "INSERT INTO awa.queue_settings (queue, max_workers_per_partition)"
+                " VALUES ('q', $1)",
+                cap,
+            )
         await claimer.execute(
             "INSERT INTO awa.jobs (kind, queue, args, rate_class, partition_key)"
             " SELECT 'k', 'q', '{}', $2, CASE WHEN $3 > 0 THEN 't' || (g % $3) END"
@@ -72,8 +84,8 @@ async def cycle(
         claims = claimed = 0
         while True:
             rows = await claim.fetch(
-                ["q"], [batch], 1, [], [], [None], [variant["aging"]], [False],
-                variant["rate_class"], [variant["fair"]],
+                ["q"], [batch], 1, [], [], [None], [variant["aging"]], [cap is not None],
+                variant["rate_class"], [variant["fair"] or cap is not None],
             )  # fmt: skip
             rows = [row for row in rows if row["id"] is not None]
             if not rows:
@@ -101,7 +113,7 @@ async def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=100, help="jobs per claim")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default="plain,fair8,flow8,fair64,fair512,plain512")
+    parser.add_argument("--variants", default="plain,fair8,flow8,capped8,fair64,fair512,plain512")
     opts = parser.parse_args()
     queries = load(NEW_SQL)
     names = opts.variants.split(",")
