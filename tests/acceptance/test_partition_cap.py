@@ -61,6 +61,64 @@ async def test_a_cap_of_two_per_partition_holds_across_two_processes_of_ten_slot
         assert await conn.fetchval("SELECT count(DISTINCT worker) FROM test_runs") == 2
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_a_worker_killed_while_it_holds_a_partitions_slot_frees_it_once_rescued(
+    database_url, ledger
+):
+    """The killed worker's job keeps its partition's slot until the leader
+    rescues it (a crash, not a failure); the cap holds throughout and every
+    job completes."""
+    conn = ledger
+    async with awa.AsyncClient(database_url) as client:
+        await client.configure_queue(QUEUE, max_workers_per_partition=1)
+        ids: list[int] = []
+        for tenant in ("a", "b"):
+            jobs = await client.insert_many(
+                [{"n": n} for n in range(6)], kind="crashy", queue=QUEUE, partition_key=tenant
+            )
+            ids += [job.id for job in jobs]
+        victim = await spawn_worker(database_url, "victim", mode="sleep:0.3", queue=QUEUE, slots=5)
+
+        async def victim_runs_a_job() -> bool:
+            return bool(
+                await conn.fetchval("SELECT count(*) FROM test_runs WHERE worker = 'victim'")
+            )
+
+        await eventually(victim_runs_a_job, timeout=30)
+        victim.kill()
+        await victim.wait()
+        survivor = await spawn_worker(
+            database_url, "survivor", mode="sleep:0.3", queue=QUEUE, slots=5
+        )
+        peak = 0
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                rows = await conn.fetch(
+                    """SELECT count(*) FILTER (WHERE state = 'running') AS running,
+                              count(*) FILTER (WHERE state = 'completed') AS done
+                       FROM awa.jobs WHERE id = ANY($1) GROUP BY partition_key""",
+                    ids,
+                )
+                peak = max([peak, *(row["running"] for row in rows)])
+                if sum(row["done"] for row in rows) == len(ids):
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await stop_worker(survivor)
+        assert await conn.fetchval(
+            "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'completed'", ids
+        ) == len(ids)
+        assert peak == 1
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND crashes > 0", ids
+            )
+            >= 1
+        )
+
+
 @pytest.mark.timeout(120)
 async def test_a_partition_at_its_cap_does_not_hold_back_the_others(client, conn):
     """Tenant A's slow, more urgent jobs run one at a time; tenant B's jobs,
