@@ -73,7 +73,7 @@ COMPLETED_SQL = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
 WAITING_CLAIMS_SQL = """
     SELECT count(*) FROM pg_stat_activity
     WHERE datname = current_database() AND wait_event_type = 'Lock'
-      AND query LIKE '%claim_v1%'"""
+      AND query LIKE '%awa.claim_v%'"""
 COMMITS_SQL = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
 STOP_LINE = re.compile(
     r"stopped: (\d+) jobs run in (\d+) claims, (\d+) outcomes written in (\d+) writes"
