@@ -39,6 +39,7 @@ DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SYSTEMS = [
     "awa_queue",
     "awa_queue_baseline",
+    "awa_queue_reference",
     "awa_queue_uvloop",
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
@@ -53,6 +54,7 @@ SYSTEMS = [
 AWA_SYSTEMS = {
     "awa_queue",
     "awa_queue_baseline",
+    "awa_queue_reference",
     "awa_queue_uvloop",
     "awa_queue_follow_up",
     "awa_queue_noop_hook",
@@ -63,9 +65,14 @@ PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 # awa-queue as an earlier commit built it (--baseline-python), driven by the
 # same driver: a change's cost, measured in the same run as the change.
 BASELINE = "awa_queue_baseline"
+# A fixed older awa-queue (--reference-python), the same in every run: a
+# loss spread over several changes, each within the noise of "÷ baseline",
+# shows against it.
+REFERENCE = "awa_queue_reference"
 LABELS = {
     "awa_queue": "awa-queue",
     "awa_queue_baseline": "awa-queue (baseline)",
+    "awa_queue_reference": "awa-queue (reference)",
     "awa_queue_uvloop": "awa-queue (uvloop)",
     "awa_queue_follow_up": "awa-queue + 1 follow-up spec",
     "awa_queue_noop_hook": "awa-queue + no-op hook",
@@ -80,6 +87,7 @@ LABELS = {
 IMPORT_CHECKS = {
     "awa_queue": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_baseline": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_reference": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_uvloop": "import asyncpg, awa, uvloop; awa.AsyncClient",
     "awa_queue_follow_up": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_noop_hook": "import asyncpg, awa; awa.AsyncClient",
@@ -104,7 +112,7 @@ def workloads(quick: bool, timeout_s: int) -> list[Workload]:
     drain = ["--workload", "drain", "--timeout", str(timeout_s)]
     return [
         Workload("bulk", ["--workload", "bulk", "--n", str(bulk_n)]),
-        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue", BASELINE]),
+        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue", BASELINE, REFERENCE]),
         Workload("drain10", drain + ["--n", str(drain_n), "--concurrency", "10"]),
         Workload("drain50", drain + ["--n", str(drain_n), "--concurrency", "50"]),
         Workload("sleep100", drain + ["--n", str(sleep_n), "--concurrency", "100", "--mode", "sleep"]),
@@ -191,12 +199,18 @@ def ensure_venv(system: str) -> Path:
     return python
 
 
-def find_interpreter(system: str, awa_python: str, baseline_python: str | None) -> tuple[str | None, str]:
+def find_interpreter(
+    system: str, awa_python: str, baseline_python: str | None, reference_python: str | None = None
+) -> tuple[str | None, str]:
     """Return (python, "") if the system can run here, else (None, why not)."""
     if system == BASELINE:
         if not baseline_python:
             return None, "no --baseline-python given"
         awa_python = baseline_python
+    if system == REFERENCE:
+        if not reference_python:
+            return None, "no --reference-python given"
+        awa_python = reference_python
     try:
         python = shutil.which(awa_python) if system in AWA_SYSTEMS else str(ensure_venv(system))
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -244,7 +258,7 @@ def log(message: str) -> None:
 
 
 def run_driver(python: str, system: str, url: str, workload: Workload, timeout_s: int) -> dict:
-    driver = "awa_queue" if system == BASELINE else system
+    driver = "awa_queue" if system in (BASELINE, REFERENCE) else system
     command = [python, str(DRIVERS / f"{driver}.py"), "--url", url, *workload.args]
     try:
         result = subprocess.run(
@@ -321,11 +335,14 @@ def render_table(bench: Bench, systems: list[str], workload_names: list[str], sk
     """One markdown table: a row per measurement, a column per selected system, then ratios."""
     show_ratios = "awa_queue" in systems
     show_baseline = show_ratios and BASELINE in bench.interpreters
+    show_reference = show_ratios and REFERENCE in bench.interpreters
     header = ["workload", *(LABELS[s] for s in systems)]
     if show_ratios:
         header += ["awa-queue ÷ best peer", "awa-queue ÷ floor"]
     if show_baseline:
         header += ["awa-queue ÷ baseline"]
+    if show_reference:
+        header += ["awa-queue ÷ reference"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, workload, key, better in table_rows(quick):
         if workload not in workload_names:
@@ -352,6 +369,8 @@ def render_table(bench: Bench, systems: list[str], workload_names: list[str], sk
             row += [ratio(ours, best_peer), ratio(ours, values.get("floor"))]
         if show_baseline:
             row += [ratio(values.get("awa_queue"), values.get(BASELINE))]
+        if show_reference:
+            row += [ratio(values.get("awa_queue"), values.get(REFERENCE))]
         lines.append("| " + " | ".join(row) + " |")
     notes = [
         "",
@@ -374,6 +393,12 @@ def parse_args() -> argparse.Namespace:
         "--baseline-python",
         default=os.environ.get("AWA_BASELINE_PYTHON"),
         help="interpreter with an earlier awa-queue installed, measured as awa-queue (baseline)",
+    )
+    parser.add_argument(
+        "--reference-python",
+        default=os.environ.get("AWA_REFERENCE_PYTHON"),
+        help="interpreter with a fixed older awa-queue (the same in every run), measured as "
+        "awa-queue (reference)",
     )
     parser.add_argument("--admin-url", default=os.environ.get("AWA_BENCH_ADMIN_URL", DEFAULT_ADMIN_URL))
     parser.add_argument("--runs", type=int, default=None, help="repeats per measurement (default 3, --quick 1)")
@@ -409,7 +434,9 @@ def main() -> None:
     interpreters: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for system in systems:
-        python, reason = find_interpreter(system, opts.awa_python, opts.baseline_python)
+        python, reason = find_interpreter(
+            system, opts.awa_python, opts.baseline_python, opts.reference_python
+        )
         if python:
             interpreters[system] = python
         else:
