@@ -13,7 +13,10 @@ for this one, ``--old-url`` for the other, whose query files are read from
         --old-url postgresql://.../old_db --old-sql /path/to/old/python/awa/sql/queries
 
 ``--no-session-setup`` leaves the sessions as a worker behind a pooler
-leaves them (no ``jobs_claim_prepare_session``). Both databases must be
+leaves them (no ``jobs_claim_prepare_session``). ``--as-worker`` claims
+as the worker does, with the queue settings it read
+(``jobs_claim_with_settings``, where the tree has it; plain ``jobs_claim``
+makes the claim read them itself). Both databases must be
 migrated already (each by its own awa). The server must be on this machine
 (the backends' CPU is read from /proc).
 """
@@ -48,7 +51,12 @@ def cpu_s(pid: int) -> float:
 
 
 async def cycle(
-    url: str, queries: dict[str, str], jobs: int, batch: int, session_setup: bool
+    url: str,
+    queries: dict[str, str],
+    jobs: int,
+    batch: int,
+    session_setup: bool,
+    as_worker: bool = False,
 ) -> tuple[float, float, float]:
     """Server CPU per claim (µs) of the claiming and the writing backend, and
     the median claim round trip (µs)."""
@@ -70,14 +78,24 @@ async def cycle(
             await writer.execute(queries["jobs_write_prepare_session"])
         if lanes:
             await claimer.fetchval(queries["lanes_open"], ["q"])
-        claim = await claimer.prepare(queries["jobs_claim"])
+        # As the worker claims (--as-worker): with the queue settings it read,
+        # where the tree has that statement (migration 0021 on).
+        settings = as_worker and "jobs_claim_with_settings" in queries
+        claim = await claimer.prepare(
+            queries["jobs_claim_with_settings" if settings else "jobs_claim"]
+        )
+        extra = [[None], [False], False, [False]] if settings else []
         finish = await writer.prepare(queries["jobs_finish_batch"])
         pids = [await c.fetchval("SELECT pg_backend_pid()") for c in (claimer, writer)]
         before = [cpu_s(pid) for pid in pids]
         round_trips = []
         while True:
             started = time.perf_counter()
-            rows = await claim.fetch(["q"], [batch], 1, [], [], [None])
+            rows = [
+                row
+                for row in await claim.fetch(["q"], [batch], 1, [], [], [None], *extra)
+                if row["id"] is not None
+            ]
             if not rows:
                 break
             round_trips.append(time.perf_counter() - started)
@@ -108,13 +126,21 @@ async def main() -> None:
         action="store_true",
         help="leave the sessions' settings alone, as a worker behind a pooler does",
     )
+    parser.add_argument(
+        "--as-worker",
+        action="store_true",
+        help="claim as the worker does, passing the queue settings it read "
+        "(jobs_claim_with_settings), in a tree that has that statement",
+    )
     opts = parser.parse_args()
     trees = {"old": (opts.old_url, load(opts.old_sql)), "new": (opts.url, load(NEW_SQL))}
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in trees}
     for _ in range(opts.rounds):
         for name, (url, queries) in trees.items():
             results[name].append(
-                await cycle(url, queries, opts.jobs, opts.batch, not opts.no_session_setup)
+                await cycle(
+                    url, queries, opts.jobs, opts.batch, not opts.no_session_setup, opts.as_worker
+                )
             )
     for name, rounds in results.items():
         claim = statistics.median(r[0] for r in rounds)
