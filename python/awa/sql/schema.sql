@@ -865,8 +865,7 @@ BEGIN
                                 OR s.rate_per_s IS NOT NULL
                                 OR s.max_workers_per_partition IS NOT NULL), false),
                EXISTS (SELECT FROM awa.rate_classes),
-               array_agg(coalesce(s.fair OR s.max_workers_per_partition IS NOT NULL, false)
-                         ORDER BY cq.ord)
+               array_agg(coalesce(s.fair, false) ORDER BY cq.ord)
         INTO aging_s, limited, classes_exist, fair_flags
         FROM unnest(claim_queues) WITH ORDINALITY AS cq(queue, ord)
         LEFT JOIN awa.queue_settings AS s ON s.queue = cq.queue;

@@ -59,13 +59,13 @@ RETURNING queue, paused, paused_at, paused_by, updated_at, priority_aging_s,
           global_max_running, rate_per_s, rate_burst, fair, max_workers_per_partition;
 
 -- name: queue_settings_served
--- The settings of the queues $1 a worker serves that have any.
--- (A cap per partition is a limit, and makes the queue's claims go
--- partition by partition, as fairness does.)
+-- The settings of the queues $1 a worker serves that have any. (A cap per
+-- partition is a limit: the claim reads it with the others, and claims a
+-- capped queue partition by partition, as a fair one.)
 SELECT queue, paused, priority_aging_s,
        global_max_running IS NOT NULL OR rate_per_s IS NOT NULL
            OR max_workers_per_partition IS NOT NULL AS limited,
-       fair OR max_workers_per_partition IS NOT NULL AS fair
+       fair
 FROM awa.queue_settings
 WHERE queue = ANY ($1::text[]);
 
