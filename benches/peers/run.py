@@ -69,6 +69,9 @@ BASELINE = "awa_queue_baseline"
 # loss spread over several changes, each within the noise of "÷ baseline",
 # shows against it.
 REFERENCE = "awa_queue_reference"
+# Both run awa-queue's driver on an interpreter of their own, named by
+# --<name>-python, and add a column "awa-queue ÷ <name>".
+OLDER_TREES = {BASELINE: "baseline", REFERENCE: "reference"}
 LABELS = {
     "awa_queue": "awa-queue",
     "awa_queue_baseline": "awa-queue (baseline)",
@@ -112,7 +115,7 @@ def workloads(quick: bool, timeout_s: int) -> list[Workload]:
     drain = ["--workload", "drain", "--timeout", str(timeout_s)]
     return [
         Workload("bulk", ["--workload", "bulk", "--n", str(bulk_n)]),
-        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue", BASELINE, REFERENCE]),
+        Workload("bulk_unnest", ["--workload", "bulk_unnest", "--n", str(bulk_n)], only_for=["awa_queue", *OLDER_TREES]),
         Workload("drain10", drain + ["--n", str(drain_n), "--concurrency", "10"]),
         Workload("drain50", drain + ["--n", str(drain_n), "--concurrency", "50"]),
         Workload("sleep100", drain + ["--n", str(sleep_n), "--concurrency", "100", "--mode", "sleep"]),
@@ -203,14 +206,11 @@ def find_interpreter(
     system: str, awa_python: str, baseline_python: str | None, reference_python: str | None = None
 ) -> tuple[str | None, str]:
     """Return (python, "") if the system can run here, else (None, why not)."""
-    if system == BASELINE:
-        if not baseline_python:
-            return None, "no --baseline-python given"
-        awa_python = baseline_python
-    if system == REFERENCE:
-        if not reference_python:
-            return None, "no --reference-python given"
-        awa_python = reference_python
+    if system in OLDER_TREES:
+        older = {BASELINE: baseline_python, REFERENCE: reference_python}[system]
+        if not older:
+            return None, f"no --{OLDER_TREES[system]}-python given"
+        awa_python = older
     try:
         python = shutil.which(awa_python) if system in AWA_SYSTEMS else str(ensure_venv(system))
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -258,7 +258,7 @@ def log(message: str) -> None:
 
 
 def run_driver(python: str, system: str, url: str, workload: Workload, timeout_s: int) -> dict:
-    driver = "awa_queue" if system in (BASELINE, REFERENCE) else system
+    driver = "awa_queue" if system in OLDER_TREES else system
     command = [python, str(DRIVERS / f"{driver}.py"), "--url", url, *workload.args]
     try:
         result = subprocess.run(
@@ -334,15 +334,11 @@ def ratio(ours: float | None, other: float | None) -> str:
 def render_table(bench: Bench, systems: list[str], workload_names: list[str], skipped: dict[str, str], quick: bool) -> str:
     """One markdown table: a row per measurement, a column per selected system, then ratios."""
     show_ratios = "awa_queue" in systems
-    show_baseline = show_ratios and BASELINE in bench.interpreters
-    show_reference = show_ratios and REFERENCE in bench.interpreters
+    compared = [s for s in OLDER_TREES if show_ratios and s in bench.interpreters]
     header = ["workload", *(LABELS[s] for s in systems)]
     if show_ratios:
         header += ["awa-queue ÷ best peer", "awa-queue ÷ floor"]
-    if show_baseline:
-        header += ["awa-queue ÷ baseline"]
-    if show_reference:
-        header += ["awa-queue ÷ reference"]
+    header += [f"awa-queue ÷ {OLDER_TREES[s]}" for s in compared]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, workload, key, better in table_rows(quick):
         if workload not in workload_names:
@@ -367,10 +363,7 @@ def render_table(bench: Bench, systems: list[str], workload_names: list[str], sk
             best_peer = (max if better == "higher" else min)(peer_values) if peer_values else None
             ours = values.get("awa_queue")
             row += [ratio(ours, best_peer), ratio(ours, values.get("floor"))]
-        if show_baseline:
-            row += [ratio(values.get("awa_queue"), values.get(BASELINE))]
-        if show_reference:
-            row += [ratio(values.get("awa_queue"), values.get(REFERENCE))]
+        row += [ratio(values.get("awa_queue"), values.get(s)) for s in compared]
         lines.append("| " + " | ".join(row) + " |")
     notes = [
         "",
