@@ -17,6 +17,44 @@ from tests.support import FAST_WORKER, eventually
 QUEUE = "capped"
 
 
+async def _insert_per_tenant(client: awa.AsyncClient, tenants: str, count: int) -> list[int]:
+    """``count`` ``crashy`` jobs of queue QUEUE for each tenant (a partition key)."""
+    ids: list[int] = []
+    for tenant in tenants:
+        jobs = await client.insert_many(
+            [{"n": n} for n in range(count)], kind="crashy", queue=QUEUE, partition_key=tenant
+        )
+        ids += [job.id for job in jobs]
+    return ids
+
+
+async def _peak_running_per_partition(conn, ids: list[int], timeout_s: float) -> dict[str, int]:
+    """Samples the jobs ``ids`` every 10 ms until all are completed (or
+    ``timeout_s`` passed); the most running at once in each partition."""
+    peaks: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = await conn.fetch(
+            """SELECT partition_key, count(*) FILTER (WHERE state = 'running') AS running,
+                      count(*) FILTER (WHERE state = 'completed') AS done
+               FROM awa.jobs WHERE id = ANY($1) GROUP BY partition_key""",
+            ids,
+        )
+        for row in rows:
+            key = row["partition_key"]
+            peaks[key] = max(peaks.get(key, 0), row["running"])
+        if sum(row["done"] for row in rows) == len(ids):
+            break
+        await asyncio.sleep(0.01)
+    return peaks
+
+
+async def _completed(conn, ids: list[int]) -> int:
+    return await conn.fetchval(
+        "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'completed'", ids
+    )
+
+
 @pytest.mark.timeout(180)
 async def test_a_cap_of_two_per_partition_holds_across_two_processes_of_ten_slots(
     database_url, ledger
@@ -24,38 +62,17 @@ async def test_a_cap_of_two_per_partition_holds_across_two_processes_of_ten_slot
     conn = ledger
     async with awa.AsyncClient(database_url) as client:
         await client.configure_queue(QUEUE, max_workers_per_partition=2)
-        ids: list[int] = []
-        for tenant in ("a", "b", "c"):
-            jobs = await client.insert_many(
-                [{"n": n} for n in range(20)], kind="crashy", queue=QUEUE, partition_key=tenant
-            )
-            ids += [job.id for job in jobs]
+        ids = await _insert_per_tenant(client, "abc", 20)
         workers = [
             await spawn_worker(database_url, f"w{n}", mode="sleep:0.05", queue=QUEUE, slots=10)
             for n in range(2)
         ]
-        peaks = {"a": 0, "b": 0, "c": 0}
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                rows = await conn.fetch(
-                    """SELECT partition_key, count(*) FILTER (WHERE state = 'running') AS running,
-                              count(*) FILTER (WHERE state = 'completed') AS done
-                       FROM awa.jobs WHERE id = ANY($1) GROUP BY partition_key""",
-                    ids,
-                )
-                for row in rows:
-                    peaks[row["partition_key"]] = max(peaks[row["partition_key"]], row["running"])
-                if sum(row["done"] for row in rows) == len(ids):
-                    break
-                await asyncio.sleep(0.01)
+            peaks = await _peak_running_per_partition(conn, ids, timeout_s=60)
         finally:
             for worker in workers:
                 await stop_worker(worker)
-        completed = await conn.fetchval(
-            "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'completed'", ids
-        )
-        assert completed == len(ids)
+        assert await _completed(conn, ids) == len(ids)
         assert peaks == {"a": 2, "b": 2, "c": 2}
         # Both processes took part: the cap is the fleet's, not one process's.
         assert await conn.fetchval("SELECT count(DISTINCT worker) FROM test_runs") == 2
@@ -72,12 +89,7 @@ async def test_a_worker_killed_while_it_holds_a_partitions_slot_frees_it_once_re
     conn = ledger
     async with awa.AsyncClient(database_url) as client:
         await client.configure_queue(QUEUE, max_workers_per_partition=1)
-        ids: list[int] = []
-        for tenant in ("a", "b"):
-            jobs = await client.insert_many(
-                [{"n": n} for n in range(6)], kind="crashy", queue=QUEUE, partition_key=tenant
-            )
-            ids += [job.id for job in jobs]
+        ids = await _insert_per_tenant(client, "ab", 6)
         victim = await spawn_worker(database_url, "victim", mode="sleep:0.3", queue=QUEUE, slots=5)
 
         async def victim_runs_a_job() -> bool:
@@ -91,26 +103,12 @@ async def test_a_worker_killed_while_it_holds_a_partitions_slot_frees_it_once_re
         survivor = await spawn_worker(
             database_url, "survivor", mode="sleep:0.3", queue=QUEUE, slots=5
         )
-        peak = 0
         try:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                rows = await conn.fetch(
-                    """SELECT count(*) FILTER (WHERE state = 'running') AS running,
-                              count(*) FILTER (WHERE state = 'completed') AS done
-                       FROM awa.jobs WHERE id = ANY($1) GROUP BY partition_key""",
-                    ids,
-                )
-                peak = max([peak, *(row["running"] for row in rows)])
-                if sum(row["done"] for row in rows) == len(ids):
-                    break
-                await asyncio.sleep(0.01)
+            peaks = await _peak_running_per_partition(conn, ids, timeout_s=90)
         finally:
             await stop_worker(survivor)
-        assert await conn.fetchval(
-            "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'completed'", ids
-        ) == len(ids)
-        assert peak == 1
+        assert await _completed(conn, ids) == len(ids)
+        assert max(peaks.values()) == 1
         assert (
             await conn.fetchval(
                 "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND crashes > 0", ids
@@ -137,10 +135,7 @@ async def test_a_partition_at_its_cap_does_not_hold_back_the_others(client, conn
     try:
 
         async def b_done() -> bool:
-            return await conn.fetchval(
-                "SELECT count(*) FROM awa.jobs WHERE id = ANY($1) AND state = 'completed'",
-                [job.id for job in b_jobs],
-            ) == len(b_jobs)
+            return await _completed(conn, [job.id for job in b_jobs]) == len(b_jobs)
 
         await eventually(b_done, timeout=30)
         running_a = await conn.fetchval(
