@@ -19,6 +19,7 @@
 //! odd exception message cannot poison a whole batch.
 
 use crate::json::{write_lossy_string, JsonWriter};
+use crate::pg_array;
 use crate::retry::{backoff_s, has_attempts_left, Jitter};
 use crate::state::{FailureReason, JobState};
 
@@ -72,6 +73,19 @@ impl Columns {
         self.refunds.remove(index);
         self.errors.remove(index);
         true
+    }
+
+    /// The columns as array literals, in [`Columns`]' order, for a write
+    /// that casts each text parameter to its array type.
+    pub fn array_literals(&self) -> [String; 6] {
+        [
+            pg_array::numbers(&self.ids),
+            pg_array::numbers(&self.run_leases),
+            pg_array::texts(&self.states),
+            pg_array::optional_numbers(&self.delays_s),
+            pg_array::numbers(&self.refunds),
+            pg_array::optional_texts(&self.errors),
+        ]
     }
 
     fn push(&mut self, row: Row) {

@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod insert;
 pub mod json;
 pub mod payload;
+pub mod pg_array;
 pub mod rescue;
 pub mod retry;
 pub mod staging;

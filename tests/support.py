@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -89,3 +89,31 @@ async def table_counters(connection: asyncpg.Connection, table: str) -> asyncpg.
         "WHERE schemaname = 'awa' AND relname = $1",
         table,
     )
+
+
+def array_literal(values: Sequence[Any]) -> str:
+    """A PostgreSQL array literal of ``values``, as ``jobs_finish_batch``
+    takes each column (strings quoted, ``None`` as NULL)."""
+
+    def element(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, str):
+            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return str(value)
+
+    return "{" + ",".join(element(value) for value in values) + "}"
+
+
+def finish_params(
+    ids: Sequence[int],
+    leases: Sequence[int],
+    states: Sequence[str],
+    delays: Sequence[float | None] | None = None,
+    refunds: Sequence[int] | None = None,
+    errors: Sequence[str | None] | None = None,
+) -> tuple[str, ...]:
+    """The six parameters of ``jobs_finish_batch`` for these outcomes."""
+    n = len(ids)
+    columns = (ids, leases, states, delays or [None] * n, refunds or [0] * n, errors or [None] * n)
+    return tuple(array_literal(column) for column in columns)

@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
-from claim_cost import NEW_SQL, cpu_s, load  # benches/storage/claim_cost.py
+from claim_cost import NEW_SQL, cpu_s, finish_args, load  # benches/storage/claim_cost.py
 
 #: fair: claims take the partitions round-robin; aging: the aging interval
 #: (s); rate_class: every job in one class far above any drain rate;
@@ -92,11 +92,7 @@ async def cycle(
                 break
             claims += 1
             claimed += len(rows)
-            n = len(rows)
-            await finish.fetch(
-                [r["id"] for r in rows], [r["run_lease"] for r in rows],
-                ["completed"] * n, [None] * n, [0] * n, [None] * n,
-            )  # fmt: skip
+            await finish.fetch(*finish_args(queries["jobs_finish_batch"], rows))
         if claimed != jobs:
             raise RuntimeError(f"claimed {claimed} of {jobs} jobs")
         after = [cpu_s(pid) for pid in pids]

@@ -30,6 +30,7 @@ import re
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -43,6 +44,24 @@ def load(directory: Path) -> dict[str, str]:
     for path in sorted(directory.glob("*.sql")):
         queries |= {m.group(1): m.group(2) for m in NAME.finditer(path.read_text())}
     return queries
+
+
+def finish_args(finish_sql: str, rows: list[Any]) -> list[Any]:
+    """The claimed ``rows``' outcomes (all completed) as the tree's
+    ``jobs_finish_batch`` takes them: array literals where it casts text to
+    each array type (this tree on), else lists."""
+    n = len(rows)
+    columns = [
+        [r["id"] for r in rows], [r["run_lease"] for r in rows],
+        ["completed"] * n, [None] * n, [0] * n, [None] * n,
+    ]  # fmt: skip
+    if "$1::text::bigint[]" not in finish_sql:
+        return columns
+
+    def literal(column: list[Any]) -> str:
+        return "{" + ",".join("NULL" if v is None else str(v) for v in column) + "}"
+
+    return [literal(column) for column in columns]
 
 
 def cpu_s(pid: int) -> float:
@@ -99,11 +118,7 @@ async def cycle(
             if not rows:
                 break
             round_trips.append(time.perf_counter() - started)
-            n = len(rows)
-            await finish.fetch(
-                [r["id"] for r in rows], [r["run_lease"] for r in rows],
-                ["completed"] * n, [None] * n, [0] * n, [None] * n,
-            )  # fmt: skip
+            await finish.fetch(*finish_args(queries["jobs_finish_batch"], rows))
         after = [cpu_s(pid) for pid in pids]
         claims = len(round_trips)
         claim_cpu, write_cpu = ((a - b) / claims * 1e6 for a, b in zip(after, before, strict=True))

@@ -20,6 +20,7 @@ import asyncpg
 
 import awa
 from awa import sql
+from claim_cost import finish_args  # benches/storage/claim_cost.py
 
 Q = sql.query
 
@@ -55,11 +56,7 @@ async def drain(url: str, fillfactor: int, pinned: bool, jobs: int) -> str:
         claim = await claimer.prepare(Q("jobs_claim"))
         finish = await writer.prepare(Q("jobs_finish_batch"))
         while rows := await claim.fetch(["q"], [25], 1, [], [], [None]):
-            n = len(rows)
-            await finish.fetch(
-                [r["id"] for r in rows], [r["run_lease"] for r in rows],
-                ["completed"] * n, [None] * n, [0] * n, [None] * n,
-            )  # fmt: skip
+            await finish.fetch(*finish_args(Q("jobs_finish_batch"), rows))
         after = await counters(claimer)
         updates = after["n_tup_upd"] - before["n_tup_upd"]
         hot = after["n_tup_hot_upd"] - before["n_tup_hot_upd"]

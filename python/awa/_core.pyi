@@ -580,7 +580,12 @@ class Flush:
 
     def params(self) -> _OutcomeColumns:
         """``(ids, run_leases, states, delays_s, refunds, errors)``, one list per
-        column, for the guarded batch update."""
+        column."""
+
+    def array_literals(self) -> tuple[str, str, str, str, str, str]:
+        """The same columns as PostgreSQL array literals (``{1,2}``,
+        ``{"completed",NULL}``), for ``jobs_finish_batch``, which casts each
+        to its array type."""
 
     def remove(self, job_id: int) -> bool:
         """Takes the job's row out of this write (its outcome is recorded again

@@ -344,6 +344,12 @@ impl Flush {
         columns_tuple(py, self.columns.clone())
     }
 
+    /// The same columns as `PostgreSQL` array literals, for
+    /// `jobs_finish_batch` (which casts each to its array type).
+    fn array_literals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.columns.array_literals())
+    }
+
     /// The job ids, in row order.
     #[getter]
     fn ids(&self) -> Vec<i64> {

@@ -14,7 +14,7 @@ import pytest
 import awa
 from awa import sql
 from tests.processes import LEDGER_SQL
-from tests.support import FAST_WORKER, eventually
+from tests.support import FAST_WORKER, eventually, finish_params
 
 JOBS = 2000
 
@@ -100,8 +100,8 @@ async def test_no_run_lease_is_handed_out_twice_after_an_immediate_restart(own_s
         # The forgotten attempt's outcome cannot finish the new one.
         finished = await conn.execute(
             sql.query("jobs_finish_batch"),
-            [job_id], [first["run_lease"]], ["completed"], [None], [0], [None],
-        )  # fmt: skip
+            *finish_params([job_id], [first["run_lease"]], ["completed"]),
+        )
         assert finished == "UPDATE 0"
     finally:
         await conn.close()

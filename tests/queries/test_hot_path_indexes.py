@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 
 from awa import sql
-from tests.support import table_counters
+from tests.support import finish_params, table_counters
 
 Q = sql.query
 
@@ -49,12 +49,11 @@ async def test_claims_and_outcomes_are_hot_updates(conn):
         assert claimed
         await conn.execute(
             Q("jobs_finish_batch"),
-            [row["id"] for row in claimed],
-            [row["run_lease"] for row in claimed],
-            ["completed"] * len(claimed),
-            [None] * len(claimed),
-            [0] * len(claimed),
-            [None] * len(claimed),
+            *finish_params(
+                [row["id"] for row in claimed],
+                [row["run_lease"] for row in claimed],
+                ["completed"] * len(claimed),
+            ),
         )
         finished += len(claimed)
     after = await table_counters(conn, "jobs")

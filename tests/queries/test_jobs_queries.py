@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import asyncpg
 
 from awa import _core, sql
 from awa.worker.notifier import CHANNEL
+from tests.support import finish_params
 from tests.unit.core_rows import add
 
 Q = sql.query
@@ -53,15 +55,8 @@ async def claim(conn, queues, counts, worker_id, kind_timeouts=None, queue_timeo
 
 
 async def finish(conn, ids, leases, states, delays=None, refunds=None, errors=None):
-    n = len(ids)
     return await conn.execute(
-        Q("jobs_finish_batch"),
-        ids,
-        leases,
-        states,
-        delays or [None] * n,
-        refunds or [0] * n,
-        errors or [None] * n,
+        Q("jobs_finish_batch"), *finish_params(ids, leases, states, delays, refunds, errors)
     )
 
 
@@ -161,6 +156,33 @@ async def test_finish_batch_applies_each_outcome(conn):
     assert retry["finalized_at"] is None and '"at"' in retry["errors"]
     assert snoozed["state"] == "scheduled" and snoozed["attempt"] == 0
     assert failed["state"] == "failed" and failed["finalized_at"] is not None
+
+
+async def test_the_outcome_columns_reach_the_server_exactly_as_the_core_holds_them(conn):
+    """jobs_finish_batch takes each column as an array literal the core
+    writes (Flush.array_literals); the server must read back every value of
+    Flush.params(), whatever an error message holds."""
+    batch = _core.CompletionBatch(100, 0.5, 7)
+    awkward = "say \"hi\", {braces} \\ back\\slash\nNULL \u00e9\u4e2d \U0001f600 'quote'"
+    batch.record(1, 11, 1, 25, 0, "completed", 0.0)
+    batch.record(2, 12, 1, 25, 0, "failed", 0.0, None, "ValueError", awkward, 'line 1\n  "x"')
+    batch.record(3, 13, 1, 25, 0, "snooze", 0.0, 0.125)
+    batch.record(4, 14, 1, 1, 0, "cancelled", 0.0, None, "", "NULL")
+    batch.record(5, 15, 2, 3, 0, "retry_after", 0.0, 1e-7)
+    flush = batch.take()
+    read = await conn.fetch(
+        """SELECT * FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[],
+                                $4::text::float8[], $5::text::integer[], $6::text::jsonb[])""",
+        *flush.array_literals(),
+    )
+    ids, leases, states, delays, refunds, errors = flush.params()
+    assert [tuple(row)[:5] for row in read] == list(
+        zip(ids, leases, states, delays, refunds, strict=True)
+    )
+    assert [None if row[5] is None else json.loads(row[5]) for row in read] == [
+        None if error is None else json.loads(error) for error in errors
+    ]
+    assert json.loads(read[1][5])["message"] == awkward
 
 
 async def test_finish_batch_ignores_outcomes_of_stale_attempts(conn):

@@ -261,7 +261,7 @@ class Completer:
                 if self._flush_observed:
                     applied = await self._write_observed(connection, flush)
                 else:
-                    status = await self._finish.execute(connection, *flush.params())
+                    status = await self._finish.execute(connection, *flush.array_literals())
                     applied = affected_rows(status)
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
                 failures += 1
@@ -309,13 +309,13 @@ class Completer:
             if not len(flush):
                 return 0
             if not self._may_insert(observed.values()):
-                changed = await self._finish_observed.fetch(connection, *flush.params())
+                changed = await self._finish_observed.fetch(connection, *flush.array_literals())
                 transitions = self._transitions(changed, observed)
                 follow_ups, inserted = None, None
                 break
             try:
                 async with connection.transaction():
-                    changed = await self._finish_observed.fetch(connection, *flush.params())
+                    changed = await self._finish_observed.fetch(connection, *flush.array_literals())
                     transitions = self._transitions(changed, observed)
                     follow_ups, inserted = await self._insert_follow_ups_for(
                         connection, transitions, observed
