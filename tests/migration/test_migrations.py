@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 import awa
-from awa import sql
+from awa import _core, sql
 
 ALL_VERSIONS = [migration.version for migration in sql.MIGRATIONS]
 
@@ -321,3 +321,38 @@ async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh
     finally:
         await conn.close()
     assert await catalog(migrated) == await declared_catalog(await fresh_database())
+
+
+RATE_CLASS_NAMES = [
+    "a", "Z9", "bench-class", "a.b_c-d", "0" * 64, "x" * 65, "", "-a", ".a", "_a",
+    "a b", "a/b", "é", "a\n", "a$", "tenant:1",
+]  # fmt: skip
+
+
+async def test_migration_25_keeps_the_rate_classes_and_checks_the_grammar_the_core_does(
+    fresh_database,
+):
+    """The rate class grammar, rewritten without a bounded repetition, takes
+    exactly the names the core takes, and the jobs' classes stay."""
+
+    async def seed(conn):
+        await conn.execute("INSERT INTO awa.jobs (kind, rate_class) VALUES ('k', 'bench-class')")
+
+    conn = await asyncpg.connect(await fresh_database())
+    try:
+        await migrate_seeding(conn, 25, seed)
+        assert await conn.fetchval("SELECT rate_class::text FROM awa.jobs") == "bench-class"
+        for name in RATE_CLASS_NAMES:
+            try:
+                _core.check_rate_class_name(name)
+                core_takes = True
+            except ValueError:
+                core_takes = False
+            try:
+                await conn.fetchval("SELECT $1::text::awa.rate_class", name)
+                database_takes = True
+            except asyncpg.CheckViolationError:
+                database_takes = False
+            assert database_takes == core_takes, name
+    finally:
+        await conn.close()

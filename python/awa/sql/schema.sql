@@ -54,9 +54,12 @@ $$;
 -- A job's rate class and partition key: domains, so their grammar is
 -- checked when one is written, not on every claim and outcome (a table's
 -- CHECK runs on each update of a row; migration 0022). The partition key's
--- [[:cntrl:]] reads in the C collation: the same whatever the locale.
+-- [[:cntrl:]] reads in the C collation: the same whatever the locale. The
+-- rate class's length is checked apart from its characters: a bounded
+-- repetition ('{0,63}') made the check 13 times as costly (migration 0025).
 CREATE DOMAIN awa.rate_class AS text
-    CONSTRAINT rate_class_grammar CHECK (VALUE ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$');
+    CONSTRAINT rate_class_grammar
+    CHECK (char_length(VALUE) <= 64 AND VALUE ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$');
 CREATE DOMAIN awa.partition_key AS text
     CONSTRAINT partition_key_grammar
     CHECK (char_length(VALUE) BETWEEN 1 AND 255 AND VALUE COLLATE "C" !~ '[[:cntrl:]]');
