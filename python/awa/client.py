@@ -1422,16 +1422,19 @@ async def migrate(url: str | None = None, **client_options: Any) -> list[int]:
 
 
 #: Option values a per-job override may share an options object by.
-_SHAREABLE = (str, int, float, bool, type(None), datetime.datetime, datetime.timedelta)
+_SHAREABLE = frozenset((str, int, float, bool, type(None), datetime.datetime, datetime.timedelta))
 
 
 def _override_key(override: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """What identifies a per-job override of immutable values (each value's
     type too: ``True`` is not ``1``), or ``None`` for one that holds a list,
-    a dict or an object, which is read on its own."""
-    items = []
+    a dict or an object, which is read on its own. Names in another order
+    make another key (and one more options object), not a wrong one: the
+    key is built once per job, so it is not sorted."""
+    key: list[Any] = []
     for name, value in override.items():
-        if type(value) not in _SHAREABLE:
+        kind = type(value)
+        if kind not in _SHAREABLE:
             return None
-        items.append((name, type(value), value))
-    return tuple(sorted(items, key=lambda item: item[0]))
+        key += (name, kind, value)
+    return tuple(key)
