@@ -9,6 +9,11 @@ transaction, and reads the backend's CPU time (``/proc/<pid>/schedstat``)
 and the WAL written. Every fifth round truncates the table and checkpoints,
 so the table stays within 100 000 rows. Medians are printed.
 
+``--keyed`` gives every job a partition key (eight tenants in turn) and a
+rate class, as a multi-tenant enqueue does; the partition lanes are opened
+before the clock starts (``jobs_copy_open_partition_lanes``), as
+``enqueue_many_copy`` opens them before its COPY.
+
     python benches/storage/copy_cost.py --admin-url postgresql://postgres@127.0.0.1:55432/postgres
 
 The server must be on this machine (the backend's CPU is read from /proc);
@@ -27,11 +32,14 @@ import time
 import asyncpg
 
 import awa
+from awa import sql
 from awa.databases import create_database, drop_database, with_database
 
 JOBS = 20_000
 KIND = "bench_job"
 QUEUE = "bench"
+TENANTS = [f"tenant-{n}" for n in range(8)]
+RATE_CLASS = "bench-class"
 
 CHECKS = (
     "jobs_priority_range", "jobs_max_attempts_range", "jobs_max_crashes_range",
@@ -98,6 +106,12 @@ VARIANTS: dict[str, list[str]] = {
         "ALTER TABLE awa.jobs " + ", ".join(f"DROP CONSTRAINT {name}" for name in CHECKS)
     ],
     "no-partial-indexes": ["DROP INDEX " + ", ".join(PARTIAL_INDEXES)],
+    # The grammar of a partition key and of a rate class (regular
+    # expressions, checked on every row that names one).
+    "no-domain-checks": [
+        "ALTER DOMAIN awa.partition_key DROP CONSTRAINT partition_key_grammar",
+        "ALTER DOMAIN awa.rate_class DROP CONSTRAINT rate_class_grammar",
+    ],
     "no-triggers": ["ALTER TABLE awa.jobs DISABLE TRIGGER USER"],
     # The table as migrated, the same rows in COPY's binary format.
     "binary-format": [],
@@ -141,13 +155,18 @@ class Variant:
         pid = await conn.fetchval("SELECT pg_backend_pid()")
         return cls(name, client, conn, pid)
 
-    async def copy_once(self, payloads: list[dict], truncate: bool) -> None:
-        rows, _ = self.client._rows(payloads, None, {"kind": KIND, "queue": QUEUE}, copy=True)
+    async def copy_once(
+        self, payloads: list[dict], per_job: list[dict] | None, truncate: bool
+    ) -> None:
+        rows, _ = self.client._rows(payloads, per_job, {"kind": KIND, "queue": QUEUE}, copy=True)
         columns = list(rows.copy_columns(False))
         if truncate:
             await self.conn.execute("TRUNCATE awa.jobs")
             await self.conn.execute("CHECKPOINT")
         async with self.conn.transaction():
+            lanes = rows.partition_lanes()
+            if lanes[0]:
+                await self.conn.fetch(sql.query("jobs_copy_open_partition_lanes"), *lanes)
             enqueued_us = await self.conn.fetchval(
                 "SELECT (extract(epoch FROM awa.enqueue_time_v1()) * 1000000)::bigint"
             )
@@ -210,6 +229,7 @@ async def main() -> None:
     parser.add_argument("--admin-url", required=True)
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--keyed", action="store_true", help="a partition key and a rate class")
     opts = parser.parse_args()
     names = opts.variants.split(",")
     unknown = sorted(set(names) - set(VARIANTS))
@@ -217,14 +237,23 @@ async def main() -> None:
         parser.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
     variants = [await Variant.open(opts.admin_url, name) for name in names]
     payloads = [{"i": i} for i in range(JOBS)]
+    per_job = (
+        [
+            {"partition_key": TENANTS[i % len(TENANTS)], "rate_class": RATE_CLASS}
+            for i in range(JOBS)
+        ]
+        if opts.keyed
+        else None
+    )
     try:
         for round_number in range(opts.rounds):
             for variant in variants:
-                await variant.copy_once(payloads, truncate=round_number % 5 == 0)
+                await variant.copy_once(payloads, per_job, truncate=round_number % 5 == 0)
     finally:
         for variant in variants:
             await variant.close()
-    print(f"COPY of {JOBS} jobs, medians of {opts.rounds} rounds")
+    keyed = ", each with a partition key and a rate class" if opts.keyed else ""
+    print(f"COPY of {JOBS} jobs{keyed}, medians of {opts.rounds} rounds")
     print("| variant | wall ms | backend CPU ms | WAL bytes / job |")
     print("|---|---|---|---|")
     for variant in variants:
