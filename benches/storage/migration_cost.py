@@ -3,7 +3,8 @@ migrated up to the one before it, filled, then ``awa migrate`` timed.
 
 The jobs are spread over ``--queues`` queues and the four priorities;
 ``--available`` of them are available, the rest completed (history). A
-fraction of them (``--keyed``) have a partition key, one of 8.
+fraction of them (``--keyed``) have a partition key, one of 8, and a rate
+class, one of 4.
 
     .venv/bin/python benches/storage/migration_cost.py \\
         --admin-url postgresql://postgres@127.0.0.1:55432/postgres --migration 23
@@ -26,14 +27,16 @@ from awa.databases import create_database, drop_database, scratch_name, with_dat
 
 FILL = """
 INSERT INTO awa.jobs (kind, queue, priority, state, run_at, finalized_at, attempt,
-                      partition_key)
+                      partition_key, rate_class)
 SELECT 'bench_job', 'q' || (g % $2), 1 + (g / $2) % 4,
        CASE WHEN g <= $3 THEN 'available' ELSE 'completed' END::awa.job_state,
        now() - interval '1 hour' + g * interval '1 millisecond',
        CASE WHEN g > $3 THEN now() END,
        CASE WHEN g > $3 THEN 1 ELSE 0 END,
-       CASE WHEN random() < $4 THEN 't' || (g % 8) END
+       keyed.partition_key, CASE WHEN keyed.partition_key IS NOT NULL THEN 'c' || (g % 4) END
 FROM generate_series(1, $1) AS g
+CROSS JOIN LATERAL (SELECT CASE WHEN random() < $4 THEN 't' || (g % 8) END AS partition_key)
+     AS keyed
 """
 
 
