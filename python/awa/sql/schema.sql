@@ -56,7 +56,7 @@ $$;
 -- CHECK runs on each update of a row; migration 0022). The partition key's
 -- [[:cntrl:]] reads in the C collation: the same whatever the locale. The
 -- rate class's length is checked apart from its characters: a bounded
--- repetition ('{0,63}') made the check 13 times as costly (migration 0025).
+-- repetition ('{0,63}') made the check 15 times as costly (migration 0025).
 CREATE DOMAIN awa.rate_class AS text
     CONSTRAINT rate_class_grammar
     CHECK (char_length(VALUE) <= 64 AND VALUE ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$');

@@ -1,7 +1,7 @@
 -- awa schema, version 25: the rate class grammar checked without a bounded
 -- repetition. PostgreSQL's regular expressions unroll '{0,63}' into 63
 -- copies of the character class, so the check cost about 2.6 µs a value
--- where '*' with a length limit costs 0.2 µs: a COPY of 20 000 jobs, each
+-- where '*' with a length limit costs 0.17 µs: a COPY of 20 000 jobs, each
 -- with a partition key and a rate class, spent a third of its server time
 -- on it (docs/benchmarks.md, "Outcomes as array literals; a cheaper rate
 -- class check"). The grammar is the same: 1 to 64 characters, the first a
