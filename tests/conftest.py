@@ -158,12 +158,26 @@ async def client(
     """A client on the clean test database; its worker is shut down afterwards.
     With ``AWA_TEST_POOLER=transaction``, through PgBouncer, listening directly."""
     if POOLER is None:
-        made = awa.AsyncClient(database_url)
-    else:
-        url = request.getfixturevalue("pgbouncer_url")
-        made = awa.AsyncClient(url, pooler=POOLER, listen_url=database_url)  # type: ignore[arg-type]
-    async with made:
+        async with awa.AsyncClient(database_url) as made:
+            yield made
+        return
+    bouncer: PgBouncer = request.getfixturevalue("session_pgbouncer")
+    _fail_if_exited(bouncer, "before this test")
+    async with awa.AsyncClient(
+        bouncer.url,
+        pooler=POOLER,  # type: ignore[arg-type]
+        listen_url=database_url,
+    ) as made:
         yield made
+    _fail_if_exited(bouncer, "during this test")
+
+
+def _fail_if_exited(bouncer: PgBouncer, when: str) -> None:
+    """Names the test in which the session's PgBouncer died, with its log,
+    rather than leaving every later test a "connection refused"."""
+    report = bouncer.exit_report()
+    if report is not None:
+        pytest.fail(f"the session's PgBouncer died {when}: {report}", pytrace=False)
 
 
 @pytest.fixture
@@ -190,10 +204,16 @@ def start_pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
 
 
 @pytest.fixture(scope="session")
-def pgbouncer_url(database_url: str) -> Iterator[str]:
-    """The session's test database through a PgBouncer in transaction mode
-    (one for the session). Skips where PgBouncer is not installed."""
+def session_pgbouncer(database_url: str) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode in front of the session's test
+    database (one for the session). Skips where PgBouncer is not installed."""
     if find_pgbouncer() is None:
         pytest.skip(NOT_INSTALLED)
     with PgBouncer(database_url) as bouncer:
-        yield bouncer.url
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(session_pgbouncer: PgBouncer) -> str:
+    """The session's test database through :func:`session_pgbouncer`."""
+    return session_pgbouncer.url

@@ -28,6 +28,8 @@ Failure handling
   it where it can (``tests/install-pgbouncer.sh``).
 * If PgBouncer exits or does not accept connections within
   ``STARTUP_TIMEOUT_S``, :class:`PgBouncerError` carries the tail of its log.
+  One that exits later (PgBouncer 1.18 can die of a cancel request) is
+  reported by :meth:`PgBouncer.exit_report`, with the same tail.
   A port taken between choosing and binding it is retried on another.
 * No PgBouncer outlives this process: it is started with
   ``PR_SET_PDEATHSIG=SIGTERM`` (Linux) and stopped at interpreter exit.
@@ -135,6 +137,14 @@ class PgBouncer:
     def pid(self) -> int | None:
         process = self._process
         return process.pid if process is not None and process.poll() is None else None
+
+    def exit_report(self) -> str | None:
+        """``None`` while PgBouncer runs (or was stopped here); once it has
+        exited on its own, its status and the last lines of its log."""
+        process = self._process
+        if process is None or process.poll() is None:
+            return None
+        return self._failure(f"exited on its own with status {process.returncode}", 0)
 
     @property
     def url(self) -> str:

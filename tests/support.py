@@ -26,6 +26,11 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+async def at_once(value: T) -> T:
+    """``value``, awaitable: a check for :func:`eventually` that needs no query."""
+    return value
+
+
 async def states(connection: asyncpg.Connection) -> dict[str, int]:
     rows = await connection.fetch("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1")
     return {row[0]: row[1] for row in rows}

@@ -7,8 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import asyncpg
+import pytest
+
 import awa
-from tests.support import FAST_WORKER, eventually, wait_for_state
+from tests.pgbouncer import PgBouncer
+from tests.support import FAST_WORKER, at_once, eventually, wait_for_state
+
+#: Starts and stops of a worker that has just become the maintenance leader.
+STOP_CYCLES = 8
 
 
 async def _leaders(clients: list[awa.AsyncClient]) -> int:
@@ -69,3 +76,43 @@ def test_a_pool_that_keeps_prepared_statements_is_refused_behind_a_pooler() -> N
         awa.AsyncClient(pool=pool, pooler="transaction")
     with pytest.raises(awa.ConfigurationError, match="pooler"):
         awa.AsyncClient("postgresql://nowhere/none", pooler="session")  # type: ignore[arg-type]
+
+
+def _cancel_requests(bouncer: PgBouncer) -> int:
+    """How many cancel requests PgBouncer has passed on (its log says so)."""
+    return bouncer.log_path.read_text().count("cancel request")
+
+
+async def test_a_worker_stopped_mid_maintenance_sends_no_cancel_request(
+    start_pgbouncer, database_url, conn
+):
+    """A cancel request makes PgBouncer 1.18 (Debian 12's) crash now and then
+    (a cancel that races the statement's end; fixed upstream in later
+    releases), and a stopping worker has no reason to send one: its
+    maintenance passes are short and are let finish."""
+    bouncer = start_pgbouncer(database_url)
+    # The log does record a cancel request: an interrupted sleep sends one.
+    direct = await asyncpg.connect(bouncer.url, statement_cache_size=0)
+    try:
+        with pytest.raises(TimeoutError):
+            await direct.execute("SELECT pg_sleep(5)", timeout=0.2)
+    finally:
+        await direct.close()
+    await eventually(lambda: at_once(_cancel_requests(bouncer) == 1))
+
+    for _ in range(STOP_CYCLES):
+        async with awa.AsyncClient(
+            bouncer.url, pooler="transaction", listen_url=database_url
+        ) as client:
+
+            @client.task(dict, kind="k")
+            async def handler(job):
+                return None
+
+            await client.start([("default", 2)], **FAST_WORKER)
+            worker = client.worker
+            assert worker is not None
+            await asyncio.wait_for(worker.leader.became_leader.wait(), 10)
+            # The leader's first passes start now; stop in the middle of them.
+            await client.shutdown()
+    assert _cancel_requests(bouncer) == 1

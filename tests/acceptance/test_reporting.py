@@ -6,24 +6,18 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TypeVar
 
 import pytest
 
 import awa
 from awa.worker.report import FAILURE_LINES_PER_WINDOW
-from tests.support import FAST_WORKER, eventually, wait_for_state, wait_until_settled
+from tests.support import FAST_WORKER, at_once, eventually, wait_for_state, wait_until_settled
 
 WORKER_LOG = "awa.worker"
-T = TypeVar("T")
 
 
 def lines(caplog: pytest.LogCaptureFixture, needle: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == WORKER_LOG and needle in r.getMessage()]
-
-
-async def at_once(value: T) -> T:
-    return value
 
 
 async def logged(caplog: pytest.LogCaptureFixture, needle: str) -> list[logging.LogRecord]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -63,3 +66,22 @@ async def test_the_admin_console_shows_a_transaction_pool(database_url, start_pg
     pools = [dict(zip(header.split("|"), row.split("|"), strict=True)) for row in rows]
     database = urlsplit(database_url).path.lstrip("/")
     assert [pool["pool_mode"] for pool in pools if pool["database"] == database] == ["transaction"]
+
+
+def test_a_pooler_that_dies_is_reported_with_its_status_and_log(database_url, start_pgbouncer):
+    bouncer = start_pgbouncer(database_url)
+    assert bouncer.exit_report() is None
+    pid = bouncer.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    report = _eventually_reported(bouncer)
+    assert f"exited on its own with status {-signal.SIGKILL}" in report
+    assert "process up: PgBouncer" in report  # the log's last lines
+
+
+def _eventually_reported(bouncer) -> str:
+    deadline = time.monotonic() + 5
+    while (report := bouncer.exit_report()) is None:
+        assert time.monotonic() < deadline, "the killed PgBouncer was not reported"
+        time.sleep(0.01)
+    return report

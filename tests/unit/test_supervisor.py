@@ -76,3 +76,37 @@ def test_a_failure_answered_in_time_keeps_the_worker_healthy() -> None:
     health.ok("notifier")
     health.failed("notifier", OSError("reset again"))
     assert health.check() and health.reason is None
+
+
+async def test_stop_all_lets_services_finish_and_cancels_only_those_past_the_grace():
+    stop = asyncio.Event()
+    finished: list[str] = []
+
+    async def between_passes() -> None:
+        await stop.wait()
+        await asyncio.sleep(0.01)  # the pass under way ends
+        finished.append("quick")
+
+    async def past_the_grace() -> None:
+        await stop.wait()
+        await asyncio.sleep(60)
+        finished.append("slow")
+
+    supervised = Supervisor(Health(unhealthy_after_s=60.0))
+    quick = supervised.spawn("quick", between_passes)
+    slow = supervised.spawn("slow", past_the_grace)
+    stop.set()
+    assert await supervised.stop_all(0.5) == ["slow"]
+    assert finished == ["quick"]
+    assert not quick.cancelled() and slow.cancelled()
+
+
+async def test_stop_all_cancelled_while_waiting_cancels_the_services():
+    supervised = Supervisor(Health(unhealthy_after_s=60.0))
+    service = supervised.spawn("deaf", lambda: asyncio.sleep(60))
+    stopping = asyncio.create_task(supervised.stop_all(60.0))
+    await asyncio.sleep(0.01)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert service.cancelled()

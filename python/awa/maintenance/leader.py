@@ -7,6 +7,10 @@ connection drops. Every worker tries to take the role every
 ``leader_election_interval``; the one that holds it renews its lease every
 third of ``leader_lease`` and runs the scheduler, the rescuer and the
 pruner, each supervised (restarted with backoff when it raises).
+Stepping down asks the services to stop between passes and gives a pass
+under way ``PASS_FINISH_GRACE_S`` to end before cancelling it: a cancelled
+statement costs a cancel request, which PgBouncer 1.18 could die of
+(maintenance.passes), and redoes the pass's work at the next leader.
 
 State model: follower → (claim returned a term) → leader → (a renewal found
 another holder, or no renewal succeeded within the lease, or stop) →
@@ -27,6 +31,7 @@ noticed yet) is harmless: every maintenance write is guarded and uses
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -44,7 +49,13 @@ log = logging.getLogger("awa.leader")
 ROLE: Final = "maintenance"
 SERVICE: Final = "leader"
 
-ServiceFactory = Callable[[], Coroutine[Any, Any, None]]
+#: How long a stepping-down leader lets maintenance passes under way finish
+#: before cancelling them (passes take milliseconds; a prune of a large
+#: backlog can take longer, and is cut short).
+PASS_FINISH_GRACE_S: Final = 2.0
+
+#: A maintenance task: runs its passes until the event it is given is set.
+MaintenanceService = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
 class Leader:
@@ -52,7 +63,7 @@ class Leader:
         self,
         db: Database,
         worker_id: int,
-        services: Sequence[tuple[str, ServiceFactory]],
+        services: Sequence[tuple[str, MaintenanceService]],
         health: Health,
         *,
         election_interval_s: float,
@@ -67,6 +78,7 @@ class Leader:
         self._renew_interval_s = lease_s / 3
         self._stop = asyncio.Event()
         self._supervisor = Supervisor(health)
+        self._services_stop = asyncio.Event()
         self._term: int | None = None
         self._lease_until = 0.0
         self.is_leader = False
@@ -114,15 +126,22 @@ class Leader:
         self.is_leader = True
         self.became_leader.set()
         log.info("this worker is now the maintenance leader (term %d)", term)
+        self._services_stop = stop = asyncio.Event()
         for name, service in self._services:
-            self._supervisor.spawn(name, service)
+            self._supervisor.spawn(name, functools.partial(service, stop))
 
     async def _step_down(self, *, resign: bool) -> None:
         if not self.is_leader:
             return
         self.is_leader = False
         self.became_leader.clear()
-        await self._supervisor.cancel_all()
+        self._services_stop.set()
+        cut_short = await self._supervisor.stop_all(PASS_FINISH_GRACE_S)
+        if cut_short:
+            log.info(
+                "maintenance passes still running after %.0fs were cancelled: %s",
+                PASS_FINISH_GRACE_S, ", ".join(cut_short),
+            )  # fmt: skip
         for name, _service in self._services:
             self._health.forget(name)
         term, self._term = self._term, None

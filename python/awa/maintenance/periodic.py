@@ -19,6 +19,7 @@ fire times pass, and the others go on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -56,8 +57,9 @@ class PeriodicEnqueuer:
         self._synced_at: float | None = None
         self.fired = 0
 
-    async def run(self, health: Health | None = None) -> None:
-        await run_passes("periodic", self.fire_once, MAX_SLEEP_S, health, log)
+    async def run(self, stop: asyncio.Event, health: Health | None = None) -> None:
+        """Passes until ``stop`` is set (a pass under way finishes)."""
+        await run_passes("periodic", self.fire_once, MAX_SLEEP_S, health, log, stop)
 
     async def fire_once(self) -> float:
         """One pass; returns how long to sleep before the next."""

@@ -24,6 +24,7 @@ Failure handling: a failed pass is logged and retried at the next tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping
@@ -68,8 +69,9 @@ class Pruner:
         self._next_page = 0
         self.pruned = 0
 
-    async def run(self, health: Health | None = None) -> None:
-        await run_passes("pruner", self._pass, self._interval_s, health, log)
+    async def run(self, stop: asyncio.Event, health: Health | None = None) -> None:
+        """Passes until ``stop`` is set (a pass under way finishes)."""
+        await run_passes("pruner", self._pass, self._interval_s, health, log, stop)
 
     async def _pass(self) -> None:
         await self.prune_once()

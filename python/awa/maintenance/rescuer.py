@@ -38,6 +38,7 @@ nothing is half-applied (each pass is one statement per step).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -95,8 +96,9 @@ class Rescuer:
         self._deadline_floor_expires = 0.0
         self.rescued = 0
 
-    async def run(self, health: Health | None = None) -> None:
-        await run_passes("rescuer", self._pass, self._interval_s, health, log)
+    async def run(self, stop: asyncio.Event, health: Health | None = None) -> None:
+        """Passes until ``stop`` is set (a pass under way finishes)."""
+        await run_passes("rescuer", self._pass, self._interval_s, health, log, stop)
 
     async def _pass(self) -> None:
         await self.rescue_once()

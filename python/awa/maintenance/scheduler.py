@@ -12,6 +12,7 @@ Failure handling: a failed pass is logged and retried at the next tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -33,8 +34,9 @@ class Scheduler:
         self._batch_size = batch_size
         self.promoted = 0
 
-    async def run(self, health: Health | None = None) -> None:
-        await run_passes("scheduler", self.promote_once, self._interval_s, health, log)
+    async def run(self, stop: asyncio.Event, health: Health | None = None) -> None:
+        """Passes until ``stop`` is set (a pass under way finishes)."""
+        await run_passes("scheduler", self.promote_once, self._interval_s, health, log, stop)
 
     async def promote_once(self) -> float:
         """One pass; returns how long to sleep before the next."""

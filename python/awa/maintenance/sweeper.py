@@ -24,6 +24,7 @@ holds up no other.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Final
@@ -50,8 +51,9 @@ class Sweeper:
         self._next_full_sweep = 0.0
         self.found = 0
 
-    async def run(self, health: Health | None = None) -> None:
-        await run_passes("sweeper", self._pass, self._interval_s, health, log)
+    async def run(self, stop: asyncio.Event, health: Health | None = None) -> None:
+        """Passes until ``stop`` is set (a pass under way finishes)."""
+        await run_passes("sweeper", self._pass, self._interval_s, health, log, stop)
 
     async def _pass(self) -> None:
         await self.sweep_once()

@@ -171,6 +171,20 @@ class Supervisor:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    async def stop_all(self, timeout_s: float) -> list[str]:
+        """Waits up to ``timeout_s`` for every service (each asked to stop by
+        its own means) to end, then cancels those still running and returns
+        their names. Cancelled while waiting, it cancels them all first."""
+        running = {task: name for name, task in self._tasks.items() if not task.done()}
+        if not running:
+            return []
+        try:
+            await asyncio.wait(running, timeout=max(timeout_s, 0.0))
+        finally:
+            cut_short = [name for task, name in running.items() if not task.done()]
+            await self.cancel_all()
+        return cut_short
+
     async def cancel_all(self) -> None:
         tasks = [task for task in self._tasks.values() if not task.done()]
         for task in tasks:

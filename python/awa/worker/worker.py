@@ -33,7 +33,7 @@ from typing import Final
 from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
-from awa.maintenance.leader import Leader
+from awa.maintenance.leader import Leader, MaintenanceService
 from awa.maintenance.periodic import Enqueue, PeriodicEnqueuer
 from awa.maintenance.pruner import Pruner
 from awa.maintenance.rescuer import Rescuer
@@ -46,7 +46,7 @@ from awa.worker.notifier import Notifier
 from awa.worker.pipeline import Pipeline
 from awa.worker.queue_settings import VERB as QUEUE_SETTINGS_VERB
 from awa.worker.queue_settings import QueueSettingsWatcher
-from awa.worker.supervisor import Health, ServiceFactory, Supervisor
+from awa.worker.supervisor import Health, Supervisor
 
 log = logging.getLogger("awa.worker")
 
@@ -222,10 +222,10 @@ class Worker:
             db,
             worker_id,
             [
-                ("scheduler", lambda: self.scheduler.run(health)),
-                ("rescuer", lambda: self.rescuer.run(health)),
-                ("pruner", lambda: self.pruner.run(health)),
-                ("sweeper", lambda: self.sweeper.run(health)),
+                ("scheduler", lambda stop: self.scheduler.run(stop, health)),
+                ("rescuer", lambda stop: self.rescuer.run(stop, health)),
+                ("pruner", lambda stop: self.pruner.run(stop, health)),
+                ("sweeper", lambda stop: self.sweeper.run(stop, health)),
                 *self._periodic_task(health),
             ],
             health,
@@ -233,11 +233,11 @@ class Worker:
             lease_s=config.leader_lease,
         )
 
-    def _periodic_task(self, health: Health) -> list[tuple[str, ServiceFactory]]:
+    def _periodic_task(self, health: Health) -> list[tuple[str, MaintenanceService]]:
         periodic = self.periodic
         if periodic is None:
             return []
-        return [("periodic", lambda: periodic.run(health))]
+        return [("periodic", lambda stop: periodic.run(stop, health))]
 
     def _describe_task(self, task_name: str) -> str | None:
         if task_name.startswith(JOB_TASK_PREFIX):
