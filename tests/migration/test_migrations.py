@@ -191,17 +191,25 @@ async def test_an_older_schema_version_gives_a_clear_error(fresh_database):
     assert raised.value.needed == sql.LATEST_VERSION
 
 
-async def migrate_seeding(conn: asyncpg.Connection, version: int, seed):
-    """Applies every migration, running ``seed(conn)`` just before
-    ``version``'s; returns what seed returned."""
+async def migrate_seeding(
+    conn: asyncpg.Connection, version: int, seed, *, through: int | None = None
+):
+    """Applies every migration (up to ``through``'s, when given), running
+    ``seed(conn)`` just before ``version``'s; returns what seed returned."""
     await conn.execute(sql.query("schema_migrations_bootstrap"))
     seeded = None
     for migration in sql.MIGRATIONS:
+        if through is not None and migration.version > through:
+            break
         if migration.version == version:
             seeded = await seed(conn)
-        async with conn.transaction():
-            await conn.execute(migration.sql)
+        await apply(conn, migration)
     return seeded
+
+
+async def apply(conn: asyncpg.Connection, migration: sql.Migration) -> None:
+    async with conn.transaction():
+        await conn.execute(migration.sql)
 
 
 async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_database):
@@ -311,16 +319,84 @@ async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh
     migrated = await fresh_database()
     conn = await asyncpg.connect(migrated)
     try:
-        prebuilt = await migrate_seeding(conn, 23, seed)
+        prebuilt = await migrate_seeding(conn, 23, seed, through=23)
         assert (
             await conn.fetchval(
                 "SELECT oid FROM pg_class WHERE relname = 'jobs_partition_lane_idx'"
             )
             == prebuilt
         )
+        for migration in sql.MIGRATIONS:
+            if migration.version > 23:
+                await apply(conn, migration)
     finally:
         await conn.close()
     assert await catalog(migrated) == await declared_catalog(await fresh_database())
+
+
+#: A value each of migration 0026's checks refuses, and the check's name.
+REFUSED_BY_THE_DOMAINS = [
+    ("kind", "''", "jobs_kind_length"),
+    ("queue", "repeat('q', 201)", "jobs_queue_length"),
+    ("args", "'[]'", "jobs_args_object"),
+    ("priority", "5", "jobs_priority_range"),
+    ("max_attempts", "0", "jobs_max_attempts_range"),
+    ("max_crashes", "-1", "jobs_max_crashes_range"),
+    ("tags", "array_fill('t'::text, ARRAY[21])", "jobs_tags_count"),
+    ("timeout_ms", "0", "jobs_timeout_positive"),
+    ("schema_version", "0", "jobs_schema_version_positive"),
+]
+JOB_STORAGE = """
+    SELECT c.relname, pg_relation_filenode(c.oid) FROM pg_class c
+    WHERE c.oid = 'awa.jobs'::regclass
+       OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'awa.jobs'::regclass)
+    ORDER BY 1"""
+JOB_VALUES = """
+    SELECT kind::text, queue::text, args::text, priority::int, max_attempts::int,
+           max_crashes::int, tags::text, timeout_ms::int, schema_version::int
+    FROM awa.jobs ORDER BY id"""
+
+
+async def test_migration_26_rewrites_nothing_and_keeps_every_rule_and_its_name(fresh_database):
+    """The checks move from the table to domains: no row and no index is
+    written again, the jobs keep their values, and an insert or an update
+    that breaks a rule is refused under the constraint name it had."""
+
+    async def seed(conn):
+        await conn.execute(
+            "INSERT INTO awa.jobs (kind, queue, args, priority, max_attempts, max_crashes,"
+            " tags, timeout_ms, schema_version)"
+            " VALUES ('k', 'q', '{\"a\": 1}', 4, 1000, 0, '{x,y}', 1, 3),"
+            "        ('k2', 'default', '{}', 1, 25, NULL, NULL, NULL, NULL)"
+        )
+        return await conn.fetch(JOB_STORAGE), await conn.fetch(JOB_VALUES)
+
+    conn = await asyncpg.connect(await fresh_database())
+    try:
+        storage, values = await migrate_seeding(conn, 26, seed)
+        # A partial index on a column that changed type is built again (its
+        # predicate keeps PostgreSQL from reusing it): the keyed jobs only.
+        rebuilt = {"jobs_partition_lane_idx"}
+        after = await conn.fetch(JOB_STORAGE)
+        assert [row for row in after if row[0] not in rebuilt] == [
+            row for row in storage if row[0] not in rebuilt
+        ]
+        assert len(after) == len(storage) == 9
+        assert await conn.fetch(JOB_VALUES) == values
+        job_id = await conn.fetchval("SELECT min(id) FROM awa.jobs")
+        for column, value, constraint in REFUSED_BY_THE_DOMAINS:
+            with pytest.raises(asyncpg.CheckViolationError) as inserted:
+                await conn.execute(
+                    f"INSERT INTO awa.jobs (kind, {column}) VALUES ('k', {value})"
+                    if column != "kind"
+                    else f"INSERT INTO awa.jobs (kind) VALUES ({value})"
+                )
+            assert inserted.value.constraint_name == constraint
+            with pytest.raises(asyncpg.CheckViolationError) as updated:
+                await conn.execute(f"UPDATE awa.jobs SET {column} = {value} WHERE id = $1", job_id)
+            assert updated.value.constraint_name == constraint
+    finally:
+        await conn.close()
 
 
 RATE_CLASS_NAMES = [
