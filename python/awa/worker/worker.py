@@ -15,9 +15,11 @@ heartbeating instead of living on as a zombie.
 Shutdown: stop claiming; let running handlers finish within the timeout;
 cancel the rest and give their jobs back (available again, the interrupted
 attempt not counted); write every outcome (or say how many could not be
-written, and why); resign leadership; stop the heartbeat; remove the worker
-row. A job whose release or outcome write fails stays claimed by a worker
-that no longer exists, so the rescuer returns it.
+written, and why); resign leadership (maintenance passes under way finish
+first, for up to two seconds: no statement is cancelled mid-way); stop the
+heartbeat; remove the worker row. A job whose release or outcome write
+fails stays claimed by a worker that no longer exists, so the rescuer
+returns it.
 """
 
 from __future__ import annotations
