@@ -1,4 +1,5 @@
-"""Helpers for tests: bounded waiting on the database, and small readers."""
+"""Helpers for tests: bounded waiting on the database, small readers, and a
+worker started until it leads."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
+
+import awa
 
 T = TypeVar("T")
 
@@ -122,3 +125,18 @@ def finish_params(
     n = len(ids)
     columns = (ids, leases, states, delays or [None] * n, refunds or [0] * n, errors or [None] * n)
     return tuple(array_literal(column) for column in columns)
+
+
+async def start_leading(client: awa.AsyncClient) -> Any:
+    """Starts ``client``'s worker on ``default`` (a no-op task, FAST_WORKER
+    settings) and returns it once it is the maintenance leader."""
+
+    @client.task(dict, kind="k")
+    async def handler(job: Any) -> None:
+        return None
+
+    await client.start([("default", 2)], **FAST_WORKER)
+    worker = client.worker
+    assert worker is not None
+    await asyncio.wait_for(worker.leader.became_leader.wait(), 10)
+    return worker

@@ -12,7 +12,7 @@ import pytest
 
 import awa
 from tests.pgbouncer import PgBouncer
-from tests.support import FAST_WORKER, at_once, eventually, wait_for_state
+from tests.support import FAST_WORKER, at_once, eventually, start_leading, wait_for_state
 
 #: Starts and stops of a worker that has just become the maintenance leader.
 STOP_CYCLES = 8
@@ -104,15 +104,7 @@ async def test_a_worker_stopped_mid_maintenance_sends_no_cancel_request(
         async with awa.AsyncClient(
             bouncer.url, pooler="transaction", listen_url=database_url
         ) as client:
-
-            @client.task(dict, kind="k")
-            async def handler(job):
-                return None
-
-            await client.start([("default", 2)], **FAST_WORKER)
-            worker = client.worker
-            assert worker is not None
-            await asyncio.wait_for(worker.leader.became_leader.wait(), 10)
+            await start_leading(client)
             # The leader's first passes start now; stop in the middle of them.
             await client.shutdown()
     assert _cancel_requests(bouncer) == 1

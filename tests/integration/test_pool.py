@@ -11,20 +11,12 @@ import asyncpg
 import awa
 import awa.db
 from awa.db import release_quietly
-from tests.support import FAST_WORKER, eventually
+from tests.support import FAST_WORKER, eventually, start_leading
 
 
 async def test_sessions_changed_by_the_worker_come_back_clean(database_url, conn):
     async with awa.AsyncClient(database_url, max_connections=6) as client:
-
-        @client.task(dict, kind="k")
-        async def handler(job):
-            return None
-
-        await client.start([("default", 2)], **FAST_WORKER)
-        worker = client.worker
-        assert worker is not None
-        await asyncio.wait_for(worker.leader.became_leader.wait(), 10)
+        await start_leading(client)
         await client.shutdown()
         pool = (await client._database()).pool
         held = [await pool.acquire() for _ in range(pool.get_max_size())]
