@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from urllib.parse import urlsplit
 
 import asyncpg
 
 from awa.embedded import find_bindir
+from tests.support import at_once, eventually
 
 
 async def test_a_plain_connection_runs_queries_through_the_pooler(pgbouncer_url):
@@ -68,20 +68,14 @@ async def test_the_admin_console_shows_a_transaction_pool(database_url, start_pg
     assert [pool["pool_mode"] for pool in pools if pool["database"] == database] == ["transaction"]
 
 
-def test_a_pooler_that_dies_is_reported_with_its_status_and_log(database_url, start_pgbouncer):
+async def test_a_pooler_that_dies_is_reported_with_its_status_and_log(
+    database_url, start_pgbouncer
+):
     bouncer = start_pgbouncer(database_url)
     assert bouncer.exit_report() is None
     pid = bouncer.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    report = _eventually_reported(bouncer)
+    report = await eventually(lambda: at_once(bouncer.exit_report()), timeout=5)
     assert f"exited on its own with status {-signal.SIGKILL}" in report
     assert "process up: PgBouncer" in report  # the log's last lines
-
-
-def _eventually_reported(bouncer) -> str:
-    deadline = time.monotonic() + 5
-    while (report := bouncer.exit_report()) is None:
-        assert time.monotonic() < deadline, "the killed PgBouncer was not reported"
-        time.sleep(0.01)
-    return report

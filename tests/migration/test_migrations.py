@@ -197,19 +197,21 @@ async def migrate_seeding(
     """Applies every migration (up to ``through``'s, when given), running
     ``seed(conn)`` just before ``version``'s; returns what seed returned."""
     await conn.execute(sql.query("schema_migrations_bootstrap"))
-    seeded = None
-    for migration in sql.MIGRATIONS:
-        if through is not None and migration.version > through:
-            break
-        if migration.version == version:
-            seeded = await seed(conn)
-        await apply(conn, migration)
+    await apply_migrations(conn, through=version - 1)
+    seeded = await seed(conn)
+    await apply_migrations(conn, after=version - 1, through=through)
     return seeded
 
 
-async def apply(conn: asyncpg.Connection, migration: sql.Migration) -> None:
-    async with conn.transaction():
-        await conn.execute(migration.sql)
+async def apply_migrations(
+    conn: asyncpg.Connection, *, after: int = 0, through: int | None = None
+) -> None:
+    """Applies the migrations past ``after`` (up to ``through``'s), each in
+    a transaction of its own."""
+    for migration in sql.MIGRATIONS:
+        if migration.version > after and (through is None or migration.version <= through):
+            async with conn.transaction():
+                await conn.execute(migration.sql)
 
 
 async def test_migration_11_copies_the_unique_keys_held_and_only_those(fresh_database):
@@ -326,9 +328,7 @@ async def test_migration_23_takes_the_lane_indexes_an_operator_built_first(fresh
             )
             == prebuilt
         )
-        for migration in sql.MIGRATIONS:
-            if migration.version > 23:
-                await apply(conn, migration)
+        await apply_migrations(conn, after=23)
     finally:
         await conn.close()
     assert await catalog(migrated) == await declared_catalog(await fresh_database())
