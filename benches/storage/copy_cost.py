@@ -26,14 +26,20 @@ import argparse
 import asyncio
 import datetime
 import io
+import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import asyncpg
 
 import awa
 from awa import sql
 from awa.databases import create_database, drop_database, with_database
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers" / "drivers"))
+import floor  # the peer run's SQL floor, for its table
 
 JOBS = 20_000
 KIND = "bench_job"
@@ -129,10 +135,15 @@ VARIANTS: dict[str, list[str]] = {
     # left out of the COPY (state, priority, max_attempts, max_crashes, tags,
     # metadata), so the server fills them in instead of parsing them.
     "defaults-left-out": [],
+    # Not awa's table: the peer run's SQL floor (benches/peers/drivers/floor.py),
+    # the same payloads COPYed into its four-column table, as its bulk
+    # enqueue does; what the bulk row's "÷ floor" compares with.
+    "sql-floor": [floor.SCHEMA],
 }
 BINARY_VARIANTS = {"binary-format"}
 #: Which of ``copy_columns`` the variant sends (all of them if not listed).
 COLUMN_VARIANTS = {"defaults-left-out": ("kind", "queue", "args", "run_at")}
+FLOOR_VARIANTS = {"sql-floor"}
 
 
 def backend_cpu_s(pid: int) -> float:
@@ -172,7 +183,19 @@ class Variant:
         columns = list(rows.copy_columns(False))
         if truncate:
             await self.conn.execute("TRUNCATE awa.jobs")
+            if self.name in FLOOR_VARIANTS:
+                await self.conn.execute("TRUNCATE floor_jobs")
             await self.conn.execute("CHECKPOINT")
+        if self.name in FLOOR_VARIANTS:
+            await self._copy_timed(
+                "floor_jobs",
+                None,
+                ["args"],
+                b"".join(json.dumps(p).encode() + b"\n" for p in payloads),
+                None,
+                len(payloads),
+            )
+            return
         async with self.conn.transaction():
             lanes = rows.partition_lanes()
             if lanes[0]:
@@ -184,25 +207,37 @@ class Variant:
             records = binary_records(text) if self.name in BINARY_VARIANTS else None
             if self.name in COLUMN_VARIANTS:
                 columns, text = only_columns(columns, text, COLUMN_VARIANTS[self.name])
-            wal_before = await self.conn.fetchval("SELECT pg_current_wal_insert_lsn()")
-            cpu_before, started = backend_cpu_s(self.pid), time.perf_counter()
-            if records is None:
-                await self.conn.copy_to_table(
-                    "jobs", schema_name="awa", columns=columns, source=io.BytesIO(text)
-                )
-            else:
-                # asyncpg sends records in the binary format; the records are
-                # made before the clock starts, so what differs is the server.
-                await self.conn.copy_records_to_table(
-                    "jobs", schema_name="awa", columns=columns, records=records
-                )
-            wall_s, cpu_s = time.perf_counter() - started, backend_cpu_s(self.pid) - cpu_before
-            wal = await self.conn.fetchval(
-                "SELECT pg_current_wal_insert_lsn() - $1::pg_lsn", wal_before
+            await self._copy_timed("jobs", "awa", columns, text, records, len(payloads))
+
+    async def _copy_timed(
+        self,
+        table: str,
+        schema: str | None,
+        columns: list[str],
+        text: bytes,
+        records: list[tuple] | None,
+        jobs: int,
+    ) -> None:
+        """One COPY, with the backend's CPU, the wall time and the WAL it wrote."""
+        wal_before = await self.conn.fetchval("SELECT pg_current_wal_insert_lsn()")
+        cpu_before, started = backend_cpu_s(self.pid), time.perf_counter()
+        if records is None:
+            await self.conn.copy_to_table(
+                table, schema_name=schema, columns=columns, source=io.BytesIO(text)
             )
+        else:
+            # asyncpg sends records in the binary format; the records are
+            # made before the clock starts, so what differs is the server.
+            await self.conn.copy_records_to_table(
+                table, schema_name=schema, columns=columns, records=records
+            )
+        wall_s, cpu_s = time.perf_counter() - started, backend_cpu_s(self.pid) - cpu_before
+        wal = await self.conn.fetchval(
+            "SELECT pg_current_wal_insert_lsn() - $1::pg_lsn", wal_before
+        )
         self.wall_ms.append(wall_s * 1000)
         self.cpu_ms.append(cpu_s * 1000)
-        self.wal_per_job.append(float(wal) / len(payloads))
+        self.wal_per_job.append(float(wal) / jobs)
 
     async def close(self) -> None:
         await self.conn.close()
