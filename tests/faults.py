@@ -99,7 +99,8 @@ async def revoked(conn: asyncpg.Connection, role: RestrictedRole) -> AsyncIterat
 
 
 class ReplyCutter:
-    """A loopback TCP proxy to a PostgreSQL server.
+    """A TCP proxy to a PostgreSQL server, on loopback unless ``listen_host``
+    names another local address (a :class:`tests.hosts.Host`'s gateway).
 
     :meth:`cut` swallows whatever the server sends from now on (statements
     still reach it and commit; their replies never arrive), then, after
@@ -107,8 +108,9 @@ class ReplyCutter:
     normally again.
     """
 
-    def __init__(self, target_url: str) -> None:
+    def __init__(self, target_url: str, *, listen_host: str = "127.0.0.1") -> None:
         parts = urlsplit(target_url)
+        self._listen_host = listen_host
         self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self._target_url = target_url
         self._server: asyncio.Server | None = None
@@ -117,11 +119,11 @@ class ReplyCutter:
         self.swallowed_bytes = 0
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, self._listen_host, 0)
         port = self._server.sockets[0].getsockname()[1]
         parts = urlsplit(self._target_url)
         user = f"{parts.username}@" if parts.username else ""
-        return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
+        return urlunsplit(parts._replace(netloc=f"{user}{self._listen_host}:{port}"))
 
     async def close(self) -> None:
         self._drop_all()
