@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,64 @@ async def stop_worker(process: asyncio.subprocess.Process) -> None:
         process.send_signal(signal.SIGCONT)  # in case a test stopped it
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 30)
+
+
+# `awa worker` processes of a recording app (tests/acceptance/test_processes.py,
+# test_hosts.py).
+
+APP_SLOTS = 4
+APP_QUEUE = "procs"
+APP_KIND = "proc_job"
+
+
+def write_recording_app(directory: Path, url: str) -> None:
+    """An app whose handler records each run (job, lease, the process's pid)
+    in ``test_runs`` and then sleeps for the job's ``sleep`` argument."""
+    (directory / "procs_app.py").write_text(
+        textwrap.dedent(f"""
+        import asyncio
+        import functools
+        import os
+
+        import asyncpg
+        import awa
+        from tests.support import FAST_WORKER
+
+        URL = {url!r}
+        client = awa.AsyncClient(URL)
+        # What the CLI's start() uses: quick maintenance.
+        client.start = functools.partial(client.start, **FAST_WORKER)
+        _recorder = []
+        _lock = asyncio.Lock()
+
+        async def recorder():
+            async with _lock:
+                if not _recorder:
+                    _recorder.append(await asyncpg.create_pool(URL, min_size=1, max_size=2))
+            return _recorder[0]
+
+        @client.task(dict, kind={APP_KIND!r}, queue={APP_QUEUE!r})
+        async def proc_job(job):
+            pool = await recorder()
+            await pool.execute(
+                "INSERT INTO test_runs VALUES ($1, $2, $3)",
+                job.id, job.run_lease, str(os.getpid()),
+            )
+            await asyncio.sleep(job.args["sleep"])
+    """)
+    )
+
+
+async def finish_cli(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    """The parent's exit status and stderr, waiting at most 60 s."""
+    _out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+async def kill_if_running(process: asyncio.subprocess.Process) -> None:
+    """Whatever happened in the test: the parent is gone (its children get
+    SIGTERM from the kernel when it dies)."""
+    if process.returncode is None:
+        process.kill()
+        await process.wait()

@@ -15,9 +15,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.acceptance.test_processes import KIND, QUEUE, SLOTS, finish, stop, write_app
 from tests.hosts import Host, hosts, unavailable
-from tests.processes import ROOT
+from tests.processes import (
+    APP_KIND,
+    APP_QUEUE,
+    APP_SLOTS,
+    ROOT,
+    finish_cli,
+    kill_if_running,
+    write_recording_app,
+)
 from tests.support import eventually
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
@@ -25,10 +32,10 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() 
 
 async def start_on(host: Host, directory: Path, server_url: str) -> Process:
     """``awa worker`` on ``host``, its app connecting through the host's gateway."""
-    write_app(directory, await host.database_url(server_url))
+    write_recording_app(directory, await host.database_url(server_url))
     argv = [
         sys.executable, "-m", "awa", "worker", "--app", "procs_app:client",
-        "--queue", f"{QUEUE}={SLOTS}", "--shutdown-timeout", "10",
+        "--queue", f"{APP_QUEUE}={APP_SLOTS}", "--shutdown-timeout", "10",
     ]  # fmt: skip
     return await asyncio.create_subprocess_exec(
         *host.command(argv),
@@ -69,7 +76,7 @@ async def stop_workers(processes: list[Process]) -> list[tuple[int, str]]:
     """SIGTERM to each; their exit statuses and stderr."""
     for process in processes:
         process.send_signal(signal.SIGTERM)
-    return [await finish(process) for process in processes]
+    return [await finish_cli(process) for process in processes]
 
 
 async def test_workers_on_two_hosts_share_the_jobs_and_run_each_exactly_once(
@@ -79,12 +86,12 @@ async def test_workers_on_two_hosts_share_the_jobs_and_run_each_exactly_once(
         processes = await start_workers(pair, tmp_path, database_url)
         try:
             pids = await workers_by_host(ledger, 2)
-            await client.insert_many([{"sleep": 0.02}] * 200, kind=KIND, queue=QUEUE)
+            await client.insert_many([{"sleep": 0.02}] * 200, kind=APP_KIND, queue=APP_QUEUE)
             await completed(ledger, 200)
             outcomes = await stop_workers(processes)
         finally:
             for process in processes:
-                await stop(process)
+                await kill_if_running(process)
     assert [code for code, _err in outcomes] == [0, 0], outcomes
     assert set(pids) == {"awa-host-a", "awa-host-b"}
     for (_code, err), host in zip(outcomes, pair, strict=True):
@@ -105,7 +112,7 @@ async def test_a_host_cut_off_has_its_jobs_rescued_by_the_other_and_each_complet
         processes = await start_workers(pair, tmp_path, database_url)
         try:
             pids = await workers_by_host(ledger, 2)
-            jobs = await client.insert_many([{"sleep": 0.5}] * 40, kind=KIND, queue=QUEUE)
+            jobs = await client.insert_many([{"sleep": 0.5}] * 40, kind=APP_KIND, queue=APP_QUEUE)
 
             async def cut_host_runs_jobs() -> bool:
                 return bool(
@@ -126,7 +133,7 @@ async def test_a_host_cut_off_has_its_jobs_rescued_by_the_other_and_each_complet
             outcomes = await stop_workers(processes)
         finally:
             for process in processes:
-                await stop(process)
+                await kill_if_running(process)
     assert held > 0
     completions = await ledger.fetch("SELECT job_id FROM test_completions")
     assert sorted(row["job_id"] for row in completions) == sorted(job.id for job in jobs)

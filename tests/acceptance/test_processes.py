@@ -7,61 +7,27 @@ import asyncio
 import os
 import signal
 import sys
-import textwrap
 from pathlib import Path
 
 import asyncpg
 
-from tests.processes import ROOT
+from tests.processes import (
+    APP_KIND,
+    APP_QUEUE,
+    APP_SLOTS,
+    ROOT,
+    finish_cli,
+    kill_if_running,
+    write_recording_app,
+)
 from tests.support import eventually
-
-SLOTS = 4
-QUEUE = "procs"
-KIND = "proc_job"
-
-
-def write_app(directory: Path, url: str) -> None:
-    """An app whose handler records each run (job, lease, the process's pid)
-    in ``test_runs`` and then sleeps for the job's ``sleep`` argument."""
-    (directory / "procs_app.py").write_text(
-        textwrap.dedent(f"""
-        import asyncio
-        import functools
-        import os
-
-        import asyncpg
-        import awa
-        from tests.support import FAST_WORKER
-
-        URL = {url!r}
-        client = awa.AsyncClient(URL)
-        # What the CLI's start() uses: quick maintenance.
-        client.start = functools.partial(client.start, **FAST_WORKER)
-        _recorder = []
-        _lock = asyncio.Lock()
-
-        async def recorder():
-            async with _lock:
-                if not _recorder:
-                    _recorder.append(await asyncpg.create_pool(URL, min_size=1, max_size=2))
-            return _recorder[0]
-
-        @client.task(dict, kind={KIND!r}, queue={QUEUE!r})
-        async def proc_job(job):
-            pool = await recorder()
-            await pool.execute(
-                "INSERT INTO test_runs VALUES ($1, $2, $3)",
-                job.id, job.run_lease, str(os.getpid()),
-            )
-            await asyncio.sleep(job.args["sleep"])
-    """)
-    )
 
 
 async def start_parent(directory: Path, processes: int = 2) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "awa", "worker", "--app", "procs_app:client",
-        "--queue", f"{QUEUE}={SLOTS}", "--processes", str(processes), "--shutdown-timeout", "10",
+        "--queue", f"{APP_QUEUE}={APP_SLOTS}", "--processes", str(processes),
+        "--shutdown-timeout", "10",
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": f"{directory}{os.pathsep}{ROOT}"},
         stdout=asyncio.subprocess.PIPE,
@@ -79,21 +45,6 @@ async def registered_workers(conn: asyncpg.Connection, count: int) -> list[async
     return await eventually(rows, timeout=30)
 
 
-async def finish(process: asyncio.subprocess.Process) -> tuple[int, str]:
-    """The parent's exit status and stderr, waiting at most 60 s."""
-    _out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, err.decode()
-
-
-async def stop(process: asyncio.subprocess.Process) -> None:
-    """Whatever happened in the test: the parent is gone (its children get
-    SIGTERM from the kernel when it dies)."""
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
-
-
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -105,20 +56,20 @@ def gone(pid: int) -> bool:
 async def test_two_processes_share_the_jobs_and_run_each_exactly_once(
     client, ledger, tmp_path, database_url
 ):
-    write_app(tmp_path, database_url)
+    write_recording_app(tmp_path, database_url)
     process = await start_parent(tmp_path)
     try:
         workers = await registered_workers(ledger, 2)
-        await client.insert_many([{"sleep": 0.02}] * 200, kind=KIND, queue=QUEUE)
+        await client.insert_many([{"sleep": 0.02}] * 200, kind=APP_KIND, queue=APP_QUEUE)
 
         async def completed() -> bool:
             return await ledger.fetchval("SELECT count(*) FROM test_completions") >= 200
 
         await eventually(completed, timeout=60)
         process.send_signal(signal.SIGTERM)
-        code, err = await finish(process)
+        code, err = await finish_cli(process)
     finally:
-        await stop(process)
+        await kill_if_running(process)
     assert code == 0, err
     runs = await ledger.fetch("SELECT job_id, worker FROM test_runs")
     assert len(runs) == 200
@@ -129,17 +80,17 @@ async def test_two_processes_share_the_jobs_and_run_each_exactly_once(
     assert {int(run["worker"]) for run in runs} == {worker["pid"] for worker in workers}
     assert process.pid not in {worker["pid"] for worker in workers}
     # --queue is each process's own capacity.
-    assert err.count(f"queues {QUEUE}={SLOTS}; at most {SLOTS} jobs at once") == 2
+    assert err.count(f"queues {APP_QUEUE}={APP_SLOTS}; at most {APP_SLOTS} jobs at once") == 2
 
 
 async def test_sigterm_to_the_parent_stops_every_child_gracefully(
     client, ledger, tmp_path, database_url
 ):
-    write_app(tmp_path, database_url)
+    write_recording_app(tmp_path, database_url)
     process = await start_parent(tmp_path)
     try:
         workers = await registered_workers(ledger, 2)
-        await client.insert_many([{"sleep": 0.5}] * 40, kind=KIND, queue=QUEUE)
+        await client.insert_many([{"sleep": 0.5}] * 40, kind=APP_KIND, queue=APP_QUEUE)
 
         async def both_running() -> bool:
             pids = await ledger.fetchval("SELECT count(DISTINCT worker) FROM test_runs")
@@ -147,9 +98,9 @@ async def test_sigterm_to_the_parent_stops_every_child_gracefully(
 
         await eventually(both_running, timeout=30)
         process.send_signal(signal.SIGTERM)
-        code, err = await finish(process)
+        code, err = await finish_cli(process)
     finally:
-        await stop(process)
+        await kill_if_running(process)
     assert code == 0, err
     assert err.count("stopping: running jobs get 10s to finish") == 2
     states = dict(await ledger.fetch("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1"))
@@ -162,14 +113,14 @@ async def test_sigterm_to_the_parent_stops_every_child_gracefully(
 async def test_a_child_that_dies_makes_the_parent_exit_non_zero_and_name_it(
     ledger, tmp_path, database_url
 ):
-    write_app(tmp_path, database_url)
+    write_recording_app(tmp_path, database_url)
     process = await start_parent(tmp_path)
     try:
         victim, survivor = await registered_workers(ledger, 2)
         os.kill(victim["pid"], signal.SIGKILL)
-        code, err = await finish(process)
+        code, err = await finish_cli(process)
     finally:
-        await stop(process)
+        await kill_if_running(process)
     assert code == 1, err
     assert f"(pid {victim['pid']}) was killed by SIGKILL" in err
     assert "before it was asked to stop; stopping the others" in err
@@ -180,15 +131,15 @@ async def test_a_child_that_dies_makes_the_parent_exit_non_zero_and_name_it(
 
 
 async def test_sigterm_while_the_children_start_still_stops_cleanly(ledger, tmp_path, database_url):
-    write_app(tmp_path, database_url)
+    write_recording_app(tmp_path, database_url)
     process = await start_parent(tmp_path, processes=3)
     try:
         assert process.stderr is not None
         line = await asyncio.wait_for(process.stderr.readline(), 30)
         assert b"started 3 worker processes" in line, line
         process.send_signal(signal.SIGTERM)  # the children are still importing, or just serving
-        code, err = await finish(process)
+        code, err = await finish_cli(process)
     finally:
-        await stop(process)
+        await kill_if_running(process)
     assert code == 0, err
     assert await ledger.fetchval("SELECT count(*) FROM awa.workers") == 0
