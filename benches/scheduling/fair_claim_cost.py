@@ -28,13 +28,24 @@ from claim_cost import NEW_SQL, cpu_s, finish_args, load  # benches/storage/clai
 #: fair: claims take the partitions round-robin; aging: the aging interval
 #: (s); rate_class: every job in one class far above any drain rate;
 #: partitions: how many partition keys the jobs name in turn (0: none);
+#: blocks: the jobs inserted one partition after another instead;
 #: cap: max_workers_per_partition (a claim's jobs are finished before the
 #: next claim, so a cap of 100 never binds: it measures the bookkeeping).
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {"fair": False, "aging": None, "rate_class": False, "partitions": 0},
     "plain8": {"fair": False, "aging": None, "rate_class": False, "partitions": 8},
     "plain512": {"fair": False, "aging": None, "rate_class": False, "partitions": 512},
+    "fair2": {"fair": True, "aging": None, "rate_class": False, "partitions": 2},
     "fair8": {"fair": True, "aging": None, "rate_class": False, "partitions": 8},
+    # The same jobs inserted tenant by tenant, not in turn: each partition's
+    # jobs side by side in the table, so a claim's rows share pages.
+    "fair8-blocks": {
+        "fair": True,
+        "aging": None,
+        "rate_class": False,
+        "partitions": 8,
+        "blocks": True,
+    },
     "flow8": {"fair": True, "aging": 60.0, "rate_class": True, "partitions": 8},
     "fair8-aging": {"fair": True, "aging": 60.0, "rate_class": False, "partitions": 8},
     "fair8-class": {"fair": True, "aging": None, "rate_class": True, "partitions": 8},
@@ -70,8 +81,10 @@ async def cycle(
         await claimer.execute(
             "INSERT INTO awa.jobs (kind, queue, args, rate_class, partition_key)"
             " SELECT 'k', 'q', '{}', $2, CASE WHEN $3 > 0 THEN 't' || (g % $3) END"
-            " FROM generate_series(1, $1) AS g",
+            " FROM generate_series(1, $1) AS g"
+            " ORDER BY CASE WHEN $4 THEN g % greatest($3, 1) END, g",
             jobs, "c" if variant["rate_class"] else None, variant["partitions"],
+            variant.get("blocks", False),
         )  # fmt: skip
         await claimer.execute("ANALYZE awa.jobs")
         await claimer.execute(queries["jobs_claim_prepare_session"])
