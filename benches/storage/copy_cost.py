@@ -186,17 +186,17 @@ class Variant:
             if self.name in FLOOR_VARIANTS:
                 await self.conn.execute("TRUNCATE floor_jobs")
             await self.conn.execute("CHECKPOINT")
-        if self.name in FLOOR_VARIANTS:
-            await self._copy_timed(
-                "floor_jobs",
-                None,
-                ["args"],
-                b"".join(json.dumps(p).encode() + b"\n" for p in payloads),
-                None,
-                len(payloads),
-            )
-            return
         async with self.conn.transaction():
+            if self.name in FLOOR_VARIANTS:
+                await self._copy_timed(
+                    "floor_jobs",
+                    None,
+                    ["args"],
+                    b"".join(json.dumps(p).encode() + b"\n" for p in payloads),
+                    None,
+                    len(payloads),
+                )
+                return
             lanes = rows.partition_lanes()
             if lanes[0]:
                 await self.conn.fetch(sql.query("jobs_copy_open_partition_lanes"), *lanes)
