@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -22,8 +23,8 @@ from collections.abc import AsyncIterator, Sequence
 
 from tests.faults import ReplyCutter
 
-#: The /16 the hosts' /30 links come from.
-SUBNET_PREFIX = "10.231"
+#: The private range the hosts' /30 links come from.
+LINKS = ipaddress.IPv4Network("10.231.0.0/16")
 
 
 def unavailable() -> str | None:
@@ -39,16 +40,22 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
-def _free_link_number() -> int:
-    """A /30 of SUBNET_PREFIX that no interface of this namespace uses."""
+def _link_addresses(number: int) -> tuple[str, str]:
+    """The two addresses of /30 number ``number`` of LINKS: ours, the host's."""
+    base = LINKS.network_address + number * 4
+    return str(base + 1), str(base + 2)
+
+
+def _free_link() -> tuple[str, str]:
+    """The addresses of a /30 of LINKS that no interface of this namespace uses."""
     used = subprocess.run(
         ["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True, timeout=10
     ).stdout
     for _ in range(100):
-        number = uuid.uuid4().int % (256 * 64)
-        if f" {SUBNET_PREFIX}.{number // 64}.{number % 64 * 4 + 1}/" not in used:
-            return number
-    raise RuntimeError(f"no free /30 left in {SUBNET_PREFIX}.0.0/16")
+        gateway, address = _link_addresses(uuid.uuid4().int % (LINKS.num_addresses // 4))
+        if f" {gateway}/" not in used:
+            return gateway, address
+    raise RuntimeError(f"no free /30 left in {LINKS}")
 
 
 class Host:
@@ -60,10 +67,7 @@ class Host:
         self.namespace = f"awa-{tag}"
         self._outside = f"awa{tag}o"  # interface names: at most 15 characters
         self._inside = f"awa{tag}i"
-        number = _free_link_number()
-        network = f"{SUBNET_PREFIX}.{number // 64}.{number % 64 * 4}"
-        self.gateway = network[: network.rindex(".") + 1] + str(number % 64 * 4 + 1)
-        self.address = network[: network.rindex(".") + 1] + str(number % 64 * 4 + 2)
+        self.gateway, self.address = _free_link()
         self._proxies: list[ReplyCutter] = []
 
     def open(self) -> None:
