@@ -55,14 +55,14 @@ async def test_a_tenants_first_job_is_claimed_ahead_of_another_tenants_backlog(c
     worker = await register_worker(conn)
     a_jobs = await backlog(conn, "tenant-a", 10_000)
     [b_job] = await backlog(conn, "tenant-b", 1)
-    # A claim of 10 serves one partition (at least 50 jobs each): A's lane,
+    # A claim of 10 serves one partition (at least 100 jobs each): A's lane,
     # opened first. The next claim serves B's first, least recently served,
     # then fills up from A's.
     assert await claim_ids(conn, worker, 10) == a_jobs[:10]
     assert await claim_ids(conn, worker, 10) == sorted([b_job, *a_jobs[10:19]])
 
 
-async def test_a_claim_serves_several_partitions_at_least_50_jobs_each(conn):
+async def test_a_claim_serves_several_partitions_at_least_100_jobs_each(conn):
     await set_fair(conn, True)
     worker = await register_worker(conn)
     a_jobs = await backlog(conn, "tenant-a", 10_000)
@@ -92,25 +92,25 @@ async def test_claims_go_round_robin_least_recently_served_first(conn):
 async def test_a_claim_larger_than_the_shares_fills_from_the_partitions_with_more(conn):
     await set_fair(conn, True)
     worker = await register_worker(conn)
-    a_jobs = await backlog(conn, "a", 80)
+    a_jobs = await backlog(conn, "a", 250)
     b_jobs = await backlog(conn, "b", 2)
     none_jobs = await backlog(conn, None, 3)
-    # Each partition's share of 60 is at least 50: the jobs without a key
-    # give 3, A 50, B 2, and the next round takes the 5 left from A.
-    taken = await claim_ids(conn, worker, 60)
-    assert len(taken) == 60
+    # Each partition's share of 210 is at least 100: A gives 100, B 2, the
+    # jobs without a key 3, and the next round takes 105 more from A.
+    taken = await claim_ids(conn, worker, 210)
+    assert len(taken) == 210
     assert set(b_jobs + none_jobs) <= set(taken)
-    assert sorted(set(taken) & set(a_jobs)) == a_jobs[:55]
+    assert sorted(set(taken) & set(a_jobs)) == a_jobs[:205]
 
 
-async def test_a_partition_visited_gives_at_least_50_and_the_next_what_is_left(conn):
+async def test_a_partition_visited_gives_at_least_100_and_the_next_what_is_left(conn):
     await set_fair(conn, True)
     worker = await register_worker(conn)
-    a_jobs = await backlog(conn, "a", 60)
-    b_jobs = await backlog(conn, "b", 60)
+    a_jobs = await backlog(conn, "a", 120)
+    b_jobs = await backlog(conn, "b", 120)
     assert await claim_ids(conn, worker, 40) == a_jobs[:40]
-    # B, served least recently, first: its 50, then A what is left.
-    assert await claim_ids(conn, worker, 70) == [*a_jobs[40:60], *b_jobs[:50]]
+    # B, served least recently, first: its 100, then A what is left.
+    assert await claim_ids(conn, worker, 170) == [*a_jobs[40:110], *b_jobs[:100]]
 
 
 async def test_priority_still_comes_first_in_a_fair_queue(conn):

@@ -851,6 +851,7 @@ DECLARE
     class_locked boolean[] := '{}';
     class_at timestamptz[] := '{}';
     class_cut boolean;
+    one_class boolean;
     look_again_at timestamptz;
     opened boolean;
     fair_flags boolean[];
@@ -859,7 +860,6 @@ DECLARE
     level_visited integer;
     round_took integer;
     queue_picked bigint[];
-    idle_move boolean;
     part_cap integer;
     part_room integer;
     part_held boolean;
@@ -1083,10 +1083,20 @@ BEGIN
                     FROM levels AS v
                     )
                     -- level_lanes: how many lanes have jobs at the level.
+                    -- idle_move: a fair queue's lane of the jobs without a
+                    -- key, idle with a hint 100 ms old, moves even once the
+                    -- claim is full (its keyed lanes fill it first, and this
+                    -- lane's reads step over every keyed job after its
+                    -- hint); such lanes come first, so a full claim stops
+                    -- at the first lane after them.
                     SELECT r.*, count(*) FILTER (WHERE r.head_level = r.level) OVER ()
-                                AS level_lanes
+                                AS level_lanes,
+                           (r.partition_key IS NOT DISTINCT FROM '' AND NOT r.has_jobs
+                            AND NOT r.has_lowerings AND coalesce(cardinality(r.note_xid), 0) = 0
+                            AND r.hint_run_at < now() - interval '100 milliseconds') AS idle_move
                     FROM ranked AS r
-                    ORDER BY CASE WHEN NOT leveled THEN r.priority END,
+                    ORDER BY idle_move DESC,
+                             CASE WHEN NOT leveled THEN r.priority END,
                              r.head_level,
                              -- fair: the lane served least recently first
                              CASE WHEN fair THEN r.served_at END, CASE WHEN fair THEN r.id END,
@@ -1108,16 +1118,8 @@ BEGIN
                         END IF;
                     END IF;
                     asked := remaining[q];
-                    -- A fair queue's lane of the jobs without a key, idle with
-                    -- a hint 100 ms old, moves even once the claim is full
-                    -- (its keyed lanes fill it first, and this lane's reads
-                    -- step over every keyed job after its hint).
-                    idle_move := lane.partition_key IS NOT DISTINCT FROM ''
-                                 AND NOT lane.has_jobs
-                                 AND NOT lane.has_lowerings
-                                 AND coalesce(cardinality(lane.note_xid), 0) = 0
-                                 AND lane.hint_run_at < now() - interval '100 milliseconds';
-                    CONTINUE WHEN asked <= 0 AND NOT idle_move;
+                    -- The claim is full: no lane after this one moves.
+                    EXIT WHEN asked <= 0 AND NOT lane.idle_move;
                     cutoff := 'infinity';
                     IF leveled THEN
                         IF lane.head_level = lane.level THEN
@@ -1125,13 +1127,15 @@ BEGIN
                             IF fair THEN
                                 -- Its share: what is left, split evenly over
                                 -- the lanes at this level not yet visited, but
-                                -- at least 50 jobs (each lane a claim visits
-                                -- costs it a scan and a move: a claim of 100
-                                -- serves at most 2 partitions, the next claim
-                                -- the next ones; with at least 25 it served 4,
-                                -- and a drain across 8 tenants spent 10 % more
-                                -- server time a job).
-                                asked := least(asked, greatest(50, ceil(asked::numeric
+                                -- at least 100 jobs (each lane a claim visits
+                                -- costs it a scan, a move and the start of its
+                                -- jobs on pages of their own: a claim of 100,
+                                -- the worker's default, serves one partition,
+                                -- the next claim the next one; with at least 50
+                                -- it served 2 and spent 8 % more server time,
+                                -- with 25 it served 4 and spent 10 % more
+                                -- again).
+                                asked := least(asked, greatest(100, ceil(asked::numeric
                                     / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
                             END IF;
@@ -1264,54 +1268,53 @@ BEGIN
                         -- the first whose class has no whole token left (or
                         -- is held by another claim: never wait for it).
                         class_allowed := got;
-                        class_idx := array_position(class_names, picked_class[1]);
-                        IF class_idx IS NOT NULL AND class_tokens[class_idx] >= got
-                           AND cardinality(array_positions(picked_class, picked_class[1])) = got THEN
-                            -- All of one class this claim has read, with a
-                            -- token for each: spent at once.
-                            class_tokens[class_idx] := class_tokens[class_idx] - got;
-                        ELSE
-                            FOR i IN 1 .. got LOOP
-                                CONTINUE WHEN picked_class[i] IS NULL;
-                                class_idx := array_position(class_names, picked_class[i]);
-                                IF class_idx IS NULL THEN
-                                    SELECT rc.rate_per_s, rc.burst, rc.tokens, rc.tokens_at
-                                    INTO class_row
-                                    FROM awa.rate_classes AS rc WHERE rc.name = picked_class[i]
-                                    FOR UPDATE SKIP LOCKED;
-                                    class_names := class_names || picked_class[i];
-                                    class_at := class_at || clock_timestamp();
-                                    class_locked := class_locked || FOUND;
-                                    IF FOUND THEN
-                                        class_rates := class_rates || class_row.rate_per_s;
-                                        class_tokens := class_tokens || least(class_row.burst::float8,
-                                            coalesce(class_row.tokens, class_row.burst::float8)
-                                            + class_row.rate_per_s * greatest(0, extract(epoch FROM
-                                                  clock_timestamp()
-                                                  - coalesce(class_row.tokens_at, clock_timestamp()))));
-                                    ELSIF EXISTS (SELECT FROM awa.rate_classes AS rc
-                                                  WHERE rc.name = picked_class[i]) THEN
-                                        -- Another claim spends it now.
-                                        class_rates := class_rates || NULL::float8;
-                                        class_tokens := class_tokens || 0::float8;
-                                    ELSE
-                                        -- Not configured: no limit.
-                                        class_rates := class_rates || NULL::float8;
-                                        class_tokens := class_tokens || 'infinity'::float8;
-                                    END IF;
-                                    class_idx := cardinality(class_names);
+                        one_class := cardinality(array_positions(picked_class, picked_class[1])) = got;
+                        FOR i IN 1 .. got LOOP
+                            CONTINUE WHEN picked_class[i] IS NULL;
+                            class_idx := array_position(class_names, picked_class[i]);
+                            IF class_idx IS NULL THEN
+                                SELECT rc.rate_per_s, rc.burst, rc.tokens, rc.tokens_at
+                                INTO class_row
+                                FROM awa.rate_classes AS rc WHERE rc.name = picked_class[i]
+                                FOR UPDATE SKIP LOCKED;
+                                class_names := class_names || picked_class[i];
+                                class_at := class_at || clock_timestamp();
+                                class_locked := class_locked || FOUND;
+                                IF FOUND THEN
+                                    class_rates := class_rates || class_row.rate_per_s;
+                                    class_tokens := class_tokens || least(class_row.burst::float8,
+                                        coalesce(class_row.tokens, class_row.burst::float8)
+                                        + class_row.rate_per_s * greatest(0, extract(epoch FROM
+                                              clock_timestamp()
+                                              - coalesce(class_row.tokens_at, clock_timestamp()))));
+                                ELSIF EXISTS (SELECT FROM awa.rate_classes AS rc
+                                              WHERE rc.name = picked_class[i]) THEN
+                                    -- Another claim spends it now.
+                                    class_rates := class_rates || NULL::float8;
+                                    class_tokens := class_tokens || 0::float8;
+                                ELSE
+                                    -- Not configured: no limit.
+                                    class_rates := class_rates || NULL::float8;
+                                    class_tokens := class_tokens || 'infinity'::float8;
                                 END IF;
-                                IF class_tokens[class_idx] < 1 THEN
-                                    class_allowed := i - 1;
-                                    look_again_at := least(look_again_at, clock_timestamp()
-                                        + CASE WHEN class_rates[class_idx] IS NULL THEN 0.01
-                                               ELSE (1 - class_tokens[class_idx]) / class_rates[class_idx] END
-                                          * interval '1 second');
-                                    EXIT;
-                                END IF;
-                                class_tokens[class_idx] := class_tokens[class_idx] - 1;
-                            END LOOP;
-                        END IF;
+                                class_idx := cardinality(class_names);
+                            END IF;
+                            IF one_class AND class_tokens[class_idx] >= got THEN
+                                -- All of one class, with a token for each:
+                                -- spent at once (not a job at a time).
+                                class_tokens[class_idx] := class_tokens[class_idx] - got;
+                                EXIT;
+                            END IF;
+                            IF class_tokens[class_idx] < 1 THEN
+                                class_allowed := i - 1;
+                                look_again_at := least(look_again_at, clock_timestamp()
+                                    + CASE WHEN class_rates[class_idx] IS NULL THEN 0.01
+                                           ELSE (1 - class_tokens[class_idx]) / class_rates[class_idx] END
+                                      * interval '1 second');
+                                EXIT;
+                            END IF;
+                            class_tokens[class_idx] := class_tokens[class_idx] - 1;
+                        END LOOP;
                         IF class_allowed < got THEN
                             -- The rest stay available (their locks go at
                             -- commit); the hint moves no further than the
