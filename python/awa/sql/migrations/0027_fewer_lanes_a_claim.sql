@@ -377,9 +377,9 @@ BEGIN
                                 -- jobs on pages of their own: a claim of 100,
                                 -- the worker's default, serves one partition,
                                 -- the next claim the next one; with at least 50
-                                -- it served 2 and spent 8 % more server time,
-                                -- with 25 it served 4 and spent 10 % more
-                                -- again).
+                                -- it served 2, and a claim of 100 across 8
+                                -- tenants cost 6-8 % more server time; with 25
+                                -- it served 4 and cost 10 % more again).
                                 asked := least(asked, greatest(100, ceil(asked::numeric
                                     / greatest(lane.level_lanes - level_visited, 1))::integer));
                                 level_visited := level_visited + 1;
