@@ -23,6 +23,13 @@ Q = sql.query
 
 JOB = {"kind": "k", "queue": "q", "args": {}, "priority": 2, "max_attempts": 25}
 
+#: The lanes whose newest move has a hint past the start every lane opens at.
+LANES_PAST_THEIR_START = """
+    SELECT newest.lane_id
+    FROM (SELECT DISTINCT ON (lane_id) lane_id, hint_run_at FROM awa.lane_moves
+          ORDER BY lane_id, seq DESC) AS newest
+    WHERE newest.hint_run_at > '-infinity'"""
+
 
 @pytest.fixture(autouse=True)
 async def _lanes_of_q(conn: asyncpg.Connection) -> None:
@@ -587,7 +594,7 @@ async def test_the_claim_that_opens_a_queues_lanes_leaves_their_hints_before_eve
 async def test_a_sweep_pass_visits_only_the_lanes_with_something_to_sweep(conn):
     """A lane claimed from since its last sweep is listed; once swept (and
     its older moves gone) it is not, until a claim moves it again; a pass
-    from the start lists every lane."""
+    from the start lists every lane whose hint has left the start."""
     worker = await register_worker(conn)
     await insert(conn, 3)
     assert len(await claim_ids(conn, worker)) == 3
@@ -606,8 +613,34 @@ async def test_a_sweep_pass_visits_only_the_lanes_with_something_to_sweep(conn):
     assert await conn.fetchval(Q("lanes_sweep"), moved, False, 1000) is False
     assert await conn.fetchval(Q("lanes_sweep"), moved, False, 1000) is False
     assert moved not in await to_sweep()
-    everything = {row["id"] for row in await conn.fetch(Q("lanes_list"))}
-    assert await to_sweep(True) == everything
+    left_the_start = {row["lane_id"] for row in await conn.fetch(LANES_PAST_THEIR_START)}
+    assert moved in left_the_start
+    assert await to_sweep(True) == left_the_start
     await insert(conn, 1)
     assert len(await claim_ids(conn, worker)) == 1
     assert moved in await to_sweep()
+
+
+async def test_a_pass_from_the_start_leaves_the_lanes_still_at_their_start(conn):
+    """A lane no claim has moved has no job behind its hint: a pass from the
+    start (a new leader's first) does not list it. Once a claim moves it,
+    the pass lists it, and finds a job left behind it."""
+    worker = await register_worker(conn)
+    await conn.fetchval(Q("lanes_open"), ["fresh"])
+    fresh = {row["id"] for row in await conn.fetch(Q("lanes_list")) if row["queue"] == "fresh"}
+    assert len(fresh) == 8  # at four priorities, the whole lane and that of jobs without a key
+
+    async def to_sweep_from_start() -> set[int]:
+        return {row["id"] for row in await conn.fetch(Q("lanes_to_sweep"), True)}
+
+    assert not fresh & await to_sweep_from_start()
+    [lost, _] = await insert(conn, 2, queue="fresh")
+    assert len(await claim(conn, ["fresh"], [2], worker)) == 2
+    async with conn.transaction():
+        await conn.execute("SET LOCAL session_replication_role = replica")
+        await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", lost)
+    moved = fresh & {row["lane_id"] for row in await conn.fetch(LANES_PAST_THEIR_START)}
+    assert moved and moved <= await to_sweep_from_start()
+    found = [await conn.fetchval(Q("lanes_sweep"), lane_id, True, 1000) for lane_id in moved]
+    assert any(found)
+    assert [row["id"] for row in await claim(conn, ["fresh"], [10], worker)] == [lost]

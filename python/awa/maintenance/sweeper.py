@@ -15,7 +15,8 @@ nothing happened in since (``lanes_to_sweep``) is not visited.
 As a last net, every ``full_sweep_interval`` the walk starts again from each
 lane's beginning (and at once when the database's clock went back, which
 would key new jobs behind the hint), ``SWEEP_WALK_LIMIT`` jobs per lane and
-pass, until it reaches the hint.
+pass, until it reaches the hint. A lane whose hint is still where it opened
+has nothing behind it, and such a pass leaves it alone.
 
 Failure handling: a failed pass is logged and retried at the next tick; each
 lane is swept in a transaction of its own, so one lane's failure or wait

@@ -7,11 +7,14 @@
 SELECT id, queue, priority, partition_key FROM awa.lanes ORDER BY id;
 
 -- name: lanes_to_sweep
--- The lanes a sweep pass has work in: every lane when $1 (a pass from the
--- start); otherwise those claimed from since their last sweep, with
--- lowerings, with older moves to delete, or whose clock is ahead of the
--- database's (it went back). An idle lane, of which a fair queue may have
--- thousands, costs a pass nothing more than this read.
+-- The lanes a sweep pass has work in: when $1 (a pass from the start),
+-- every lane whose hint has left the start (one still there has no job
+-- behind it: a new leader's first pass, at a worker's start on a new
+-- queue, swept every lane of every tenant for nothing); and always those
+-- claimed from since their last sweep, with lowerings, with older moves to
+-- delete, or whose clock is ahead of the database's (it went back). An
+-- idle lane, of which a fair queue may have thousands, costs a pass
+-- nothing more than this read.
 SELECT lanes.id, lanes.queue, lanes.priority, lanes.partition_key
 FROM awa.lanes
 CROSS JOIN LATERAL (SELECT mv.seq, mv.hint_run_at, mv.hint_id, mv.swept_run_at, mv.swept_id,
@@ -19,7 +22,7 @@ CROSS JOIN LATERAL (SELECT mv.seq, mv.hint_run_at, mv.hint_id, mv.swept_run_at, 
                     FROM awa.lane_moves AS mv
                     WHERE mv.lane_id = lanes.id
                     ORDER BY mv.seq DESC LIMIT 1) AS newest
-WHERE $1::boolean
+WHERE ($1::boolean AND (newest.hint_run_at, newest.hint_id) > ('-infinity', 0))
    OR (newest.swept_run_at, newest.swept_id) < (newest.hint_run_at, newest.hint_id)
    OR newest.clock > clock_timestamp() + interval '1 second'
    OR EXISTS (SELECT FROM awa.lane_lowerings AS l WHERE l.lane_id = lanes.id)
