@@ -58,6 +58,15 @@ class JobNotFound(AwaError, LookupError):
         self.job_id = job_id
 
 
+class PeriodicNotFound(ValidationError, LookupError):
+    """No periodic job has the requested name (a :class:`ValidationError`
+    of ``name``, as before it had a class of its own)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"name: no periodic job is named {name!r}", "name")
+        self.name = name
+
+
 class TerminalError(AwaError):
     """Raise from a handler to fail the job now, without retries."""
 

@@ -31,7 +31,7 @@ from croniter import croniter
 
 from awa import _core
 from awa.db import Database
-from awa.errors import ValidationError, check_text
+from awa.errors import PeriodicNotFound, ValidationError, check_text
 
 MissedFirePolicy = Literal["coalesce", "catch_up", "skip"]
 MISSED_FIRE_POLICIES: Final = ("coalesce", "catch_up", "skip")
@@ -213,8 +213,8 @@ async def delete(db: Database, name: str) -> bool:
     return await db.fetchval("periodic_delete", name) is not None
 
 
-def _unknown(name: str) -> ValidationError:
-    return ValidationError(f"name: no periodic job is named {name!r}", "name")
+def _unknown(name: str) -> PeriodicNotFound:
+    return PeriodicNotFound(name)
 
 
 def _info(row: Any) -> PeriodicInfo:

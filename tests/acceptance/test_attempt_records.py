@@ -7,7 +7,7 @@ import asyncio
 
 from pydantic import BaseModel
 
-from awa.cli import describe_job
+from awa.cli.jobs import describe_job
 from tests.acceptance.test_hooks import orphan
 from tests.support import FAST_WORKER, wait_for_state
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from awa.cli import _parser, child_command, load_client, parse_queues
+from awa.cli import parser
+from awa.cli.worker import child_command, load_client, parse_queues
 from awa.errors import ConfigurationError
 from tests.support import eventually, states, wait_for_state
 
@@ -84,7 +85,7 @@ async def test_worker_command_runs_the_apps_tasks_until_sigterm(
 
 async def test_worker_command_explains_a_bad_app(database_url):
     code, _, err = await run_awa("worker", "--app", "json:dumps")
-    assert code == 1
+    assert code == 2  # usage: an --app that does not load
     assert "not an awa.AsyncClient" in err
 
 
@@ -98,7 +99,7 @@ async def test_a_bad_process_count_is_a_usage_error_naming_the_option(value):
 
 async def test_several_processes_check_the_app_once_before_starting_any(database_url):
     code, _, err = await run_awa("worker", "--app", "json:dumps", "--processes", "3")
-    assert code == 1
+    assert code == 2  # usage: an --app that does not load
     assert err.count("not an awa.AsyncClient") == 1
     assert "started" not in err
 
@@ -106,7 +107,7 @@ async def test_several_processes_check_the_app_once_before_starting_any(database
 def test_children_run_the_same_command_as_one_process_that_does_not_migrate():
     command = child_command(["-v", "worker", "--app", "m:c", "--processes", "4", "--migrate"])
     assert command[:3] == [sys.executable, "-m", "awa"]
-    options = _parser().parse_args(command[3:])
+    options = parser().parse_args(command[3:])
     assert (options.app, options.processes, options.migrate, options.verbose) == (
         "m:c", 1, False, True,
     )  # fmt: skip

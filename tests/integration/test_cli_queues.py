@@ -63,7 +63,7 @@ async def test_configure_sets_and_removes_a_cap_per_partition(database_url, conn
         "queues", "configure", "emails", "--max-workers-per-partition", "0",
         "--database-url", database_url,
     )  # fmt: skip
-    assert code == 1
+    assert code == 2  # usage: a value awa refuses
     assert err.strip().startswith("awa: max_workers_per_partition: must be an integer from 1")
 
 
@@ -76,7 +76,7 @@ async def test_configure_refuses_bad_values_by_name(database_url, conn):
         "queues", "configure", "emails", "--global-max-running", "0",
         "--database-url", database_url,
     )  # fmt: skip
-    assert code == 1
+    assert code == 2  # usage: a value awa refuses
     assert err.strip().startswith("awa: global_max_running: must be an integer from 1")
 
 
@@ -85,20 +85,20 @@ async def test_drain_of_an_empty_queue_returns_at_once(database_url, conn):
     assert (code, out.strip()) == (0, "queue empty is drained (it waited for 0 jobs)")
 
 
-async def test_drain_that_times_out_says_why_and_exits_1(database_url, conn):
+async def test_drain_that_times_out_says_why_and_exits_5(database_url, conn):
     await conn.execute("INSERT INTO awa.jobs (kind, queue, args) VALUES ('k', 'stuck', '{}')")
     await run_awa("queues", "pause", "stuck", "--database-url", database_url)
     code, _, err = await run_awa(
         "queues", "drain", "stuck", "--timeout", "0.3", "--database-url", database_url
     )
-    assert code == 1
+    assert code == 5  # gave up waiting
     assert "1 jobs still outstanding (the queue is paused" in err
     assert "Traceback" not in err
 
 
 async def test_a_bad_queue_name_is_a_named_error(database_url, conn):
     code, _, err = await run_awa("queues", "pause", "a b", "--database-url", database_url)
-    assert code == 1
+    assert code == 2  # usage: a value awa refuses
     assert err.strip().startswith('awa: queue: "a b" is not a queue name')
 
 
@@ -110,7 +110,7 @@ async def test_explain_prints_the_reason_and_the_sentence(database_url, conn):
     assert code == 0
     assert out.startswith("no_worker: no live worker serves queue nobody")
     code, _, err = await run_awa("jobs", "explain", "999999", "--database-url", database_url)
-    assert (code, err.strip()) == (1, "awa: there is no job with id 999999")
+    assert (code, err.strip()) == (3, "awa: there is no job with id 999999")
 
 
 async def test_jobs_show_prints_a_jobs_rate_class_partition_and_schema_version(database_url, conn):
@@ -161,4 +161,4 @@ async def test_periodic_list_pause_resume_and_trigger(database_url, conn):
 
 async def test_an_unknown_periodic_job_is_a_named_error(database_url, conn):
     code, _, err = await run_awa("periodic", "pause", "nope", "--database-url", database_url)
-    assert (code, err.strip()) == (1, "awa: name: no periodic job is named 'nope'")
+    assert (code, err.strip()) == (3, "awa: name: no periodic job is named 'nope'")

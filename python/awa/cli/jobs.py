@@ -1,0 +1,128 @@
+"""``awa jobs show | explain``: one job, and why it is not running."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from awa.cli.common import add_database_options, add_json_option, client
+from awa.cli.output import Reply, when
+from awa.explain import Explanation
+from awa.job import Job
+
+
+def add_commands(commands: Any) -> None:
+    jobs = commands.add_parser("jobs", help="inspect jobs")
+    jobs_commands = jobs.add_subparsers(required=True, metavar="jobs-command")
+    show = jobs_commands.add_parser("show", help="one job and every attempt it made")
+    show.add_argument("job_id", type=int, metavar="JOB_ID")
+    show.add_argument(
+        "--payload", action="store_true", help="also print args and metadata (may be personal)"
+    )
+    show.set_defaults(run=_show, command="jobs show")
+    explain = jobs_commands.add_parser("explain", help="why a job is not running now")
+    explain.add_argument("job_id", type=int, metavar="JOB_ID")
+    explain.set_defaults(run=_explain, command="jobs explain")
+    for parser in (show, explain):
+        add_database_options(parser)
+        add_json_option(parser)
+
+
+async def _show(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        job = await awa.get_job(options.job_id, include_payload=options.payload)
+    return Reply(job_data(job, with_payload=options.payload),
+                 describe_job(job, with_payload=options.payload))  # fmt: skip
+
+
+async def _explain(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        explained = await awa.explain(options.job_id)
+    return Reply(explanation_data(explained), [f"{explained.reason.value}: {explained.message}"])
+
+
+def job_data(job: Job[Any], *, with_payload: bool) -> dict[str, Any]:
+    """A job as ``--json`` gives it (docs/cli.md, ``job``)."""
+    data: dict[str, Any] = {
+        "id": job.id,
+        "kind": job.kind,
+        "queue": job.queue,
+        "state": job.state.value,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "crashes": job.crashes,
+        "max_crashes": job.max_crashes,
+        "run_at": job.run_at,
+        "created_at": job.created_at,
+        "attempted_at": job.attempted_at,
+        "finalized_at": job.finalized_at,
+        "tags": list(job.tags),
+        "rate_class": job.rate_class,
+        "partition_key": job.partition_key,
+        "schema_version": job.schema_version,
+        "callback_id": job.callback_id,
+        "callback_timeout_at": job.callback_timeout_at,
+        "attempts": [
+            {
+                "attempt": record.attempt,
+                "outcome": record.outcome,
+                "started_at": record.started_at,
+                "finished_at": record.finished_at,
+                "worker_id": record.worker_id,
+                "error": record.error,
+            }
+            for record in job.attempts
+        ],
+    }
+    if with_payload:
+        data["args"] = json.loads(job.args_json)
+        data["metadata"] = job.metadata
+    return data
+
+
+def explanation_data(explained: Explanation) -> dict[str, Any]:
+    return {
+        "job_id": explained.job_id,
+        "reason": explained.reason.value,
+        "message": explained.message,
+        "until": explained.until,
+        "ahead": explained.ahead,
+        "holders": list(explained.holders),
+    }
+
+
+def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:
+    """The lines ``awa jobs show`` prints: the job, then one per attempt."""
+    lines = [
+        f"job {job.id}  kind {job.kind}  queue {job.queue}  state {job.state.value}",
+        f"  attempt {job.attempt}/{job.max_attempts}  crashes {job.crashes}"
+        f"  priority {job.priority}  run_at {when(job.run_at)}",
+        f"  created {when(job.created_at)}  finished {when(job.finalized_at)}",
+    ]
+    flow = [
+        f"{name} {value}"
+        for name, value in (("rate_class", job.rate_class), ("partition_key", job.partition_key))
+        if value is not None
+    ]
+    if job.schema_version != 1:
+        flow.append(f"schema_version {job.schema_version}")
+    if flow:
+        lines.append("  " + "  ".join(flow))
+    if with_payload:
+        lines.append(f"  args {job.args_json}")
+        lines.append(f"  metadata {json.dumps(job.metadata, sort_keys=True)}")
+    else:
+        lines.append("  args and metadata not shown (--payload shows them)")
+    records = job.attempts
+    lines.append(f"attempts ({len(records)}):")
+    for record in records:
+        worker = f"worker {record.worker_id}" if record.worker_id is not None else ""
+        error = record.error or {}
+        detail = f"{error.get('type')}: {error.get('message')}" if error else ""
+        lines.append(
+            f"  #{record.attempt:<3} {record.outcome:<10} {when(record.started_at)} → "
+            f"{when(record.finished_at)}  {worker}  {detail}".rstrip()
+        )
+    return lines

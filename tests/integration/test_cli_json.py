@@ -1,0 +1,128 @@
+"""``--json``: every command that answers prints one object on stdout that
+the documented schema (python/awa/cli/schema.json, docs/cli.md) accepts,
+and fails with the documented exit status and a named error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import awa
+from tests.integration.test_cli import run_awa
+from tests.queries.test_jobs_queries import claim, register_worker
+from tests.support import FAST_WORKER, eventually
+
+SCHEMA = json.loads((Path(awa.__file__).parent / "cli" / "schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(
+    SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+)
+
+
+async def awa_json(database_url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """Runs ``awa ARGS --json``; its exit status and the envelope, checked
+    against the schema (and nothing else on stdout)."""
+    code, out, _ = await run_awa(*args, "--json", "--database-url", database_url)
+    [line] = out.splitlines()
+    envelope = json.loads(line)
+    VALIDATOR.validate(envelope)
+    return code, envelope
+
+
+def test_the_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+async def test_every_answering_command_prints_an_envelope_the_schema_accepts(
+    client, conn, database_url
+):
+    @client.task(dict, kind="cli_json_job", queue="cli")
+    async def cli_json_job(job):
+        return None
+
+    client.periodic("nightly", "0 3 * * *", dict, {"n": 1}, kind="cli_json_job", queue="cli")
+
+    # The leader stores the schedules the code registers.
+    await client.start([("cli", 1)], **FAST_WORKER)
+    await eventually(client.list_periodic)
+    await client.shutdown()
+    job = await client.insert({"n": 1}, kind="cli_json_job", queue="cli", tags=["a"],
+                              partition_key="tenant-1")  # fmt: skip
+    answers = {
+        ("migrate",): "migrate",
+        ("jobs", "show", str(job.id)): "jobs show",
+        ("jobs", "show", str(job.id), "--payload"): "jobs show",
+        ("jobs", "explain", str(job.id)): "jobs explain",
+        ("queues", "pause", "cli", "--by", "tests"): "queues pause",
+        ("queues", "show", "cli"): "queues show",
+        ("queues", "resume", "cli"): "queues resume",
+        ("queues", "configure", "cli", "--rate-limit", "50,5", "--fair"): "queues configure",
+        ("queues", "drain", "empty-queue"): "queues drain",
+        ("periodic", "list"): "periodic list",
+        ("periodic", "list", "--payload"): "periodic list",
+        ("periodic", "pause", "nightly"): "periodic pause",
+        ("periodic", "resume", "nightly"): "periodic resume",
+        ("periodic", "trigger", "nightly"): "periodic trigger",
+    }
+    for args, command in answers.items():
+        code, envelope = await awa_json(database_url, *args)
+        assert (code, envelope["ok"], envelope["command"]) == (0, True, command), args
+    _, shown = await awa_json(database_url, "jobs", "show", str(job.id))
+    assert shown["data"]["id"] == job.id and "args" not in shown["data"]
+    _, with_payload = await awa_json(database_url, "jobs", "show", str(job.id), "--payload")
+    assert with_payload["data"]["args"] == {"n": 1}
+    _, configured = await awa_json(database_url, "queues", "show", "cli")
+    assert configured["data"]["rate_limit"] == {"rate_per_s": 50.0, "burst": 5}
+
+
+async def test_a_missing_job_is_exit_status_3_and_a_named_error(database_url):
+    code, envelope = await awa_json(database_url, "jobs", "show", "987654321")
+    assert code == 3
+    assert envelope["ok"] is False
+    assert envelope["error"]["type"] == "JobNotFound"
+    assert envelope["error"]["exit_code"] == 3
+    code, envelope = await awa_json(database_url, "periodic", "pause", "no-such-schedule")
+    assert (code, envelope["error"]["type"]) == (3, "PeriodicNotFound")
+
+
+async def test_a_bad_command_line_is_exit_status_2_and_an_envelope(database_url):
+    code, envelope = await awa_json(database_url, "jobs", "show", "not-a-number")
+    assert (code, envelope["ok"], envelope["error"]["type"]) == (2, False, "UsageError")
+    assert "invalid int value" in envelope["error"]["message"]
+
+
+async def test_a_refused_value_is_exit_status_2_with_the_libraries_error(database_url):
+    code, envelope = await awa_json(database_url, "queues", "show", "no spaces allowed")
+    assert (code, envelope["error"]["type"]) == (2, "ValidationError")
+
+
+async def test_no_database_is_a_usage_error_in_either_output(monkeypatch):
+    monkeypatch.delenv("AWA_DATABASE_URL", raising=False)
+    code, out, err = await run_awa("jobs", "show", "1", "--json", env={"AWA_DATABASE_URL": ""})
+    assert code == 2
+    assert json.loads(out)["error"]["type"] == "ConfigurationError"
+    code, out, err = await run_awa("jobs", "show", "1", env={"AWA_DATABASE_URL": ""})
+    assert (code, out) == (2, "")
+    assert err.startswith("awa: no database given")
+
+
+async def test_a_drain_that_gives_up_is_exit_status_5(conn, database_url):
+    worker = await register_worker(conn)
+    await conn.execute("INSERT INTO awa.jobs (kind, queue, args) VALUES ('k', 'held', '{}')")
+    assert len(await claim(conn, ["held"], [1], worker)) == 1
+    code, envelope = await awa_json(database_url, "queues", "drain", "held", "--timeout", "0.2")
+    assert (code, envelope["error"]["type"], envelope["error"]["exit_code"]) == (
+        5, "TimeoutError", 5,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+async def test_json_may_come_before_or_after_the_command(database_url, where):
+    args = ["queues", "show", "cli"]
+    full = ["--json", *args] if where == "before" else [*args, "--json"]
+    code, out, _ = await run_awa(*full, "--database-url", database_url)
+    assert code == 0
+    VALIDATOR.validate(json.loads(out))
