@@ -1291,12 +1291,18 @@ class AsyncClient:
         state: JobState | str | None = None,
         queue: str | None = None,
         kind: str | None = None,
+        tag: str | None = None,
+        before: int | None = None,
         limit: int = DEFAULT_LIST_LIMIT,
         include_payload: bool = False,
     ) -> list[Job[Any]]:
-        """Jobs, newest first, filtered by any of state, queue and kind; args
-        and metadata only with ``include_payload=True`` (see :meth:`get_job`)."""
+        """Jobs, newest first, filtered by any of state, queue, kind and a
+        tag, with ids below ``before`` (the next page: pass the last id of
+        the one before); args and metadata only with ``include_payload=True``
+        (see :meth:`get_job`)."""
         _check_flag("include_payload", include_payload)
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise ValidationError(f"before: must be a job id (got {before!r})", "before")
         if state is not None:
             try:
                 state = JobState(state)
@@ -1308,7 +1314,7 @@ class AsyncClient:
         _check_limit(limit)
         db = await self._database()
         rows = await db.fetch(
-            "jobs_list", state and state.value, queue, kind, limit, include_payload
+            "jobs_list", state and state.value, queue, kind, limit, include_payload, tag, before
         )
         return [self._job(row, include_payload) for row in rows]
 

@@ -53,6 +53,8 @@ async def test_every_answering_command_prints_an_envelope_the_schema_accepts(
                               partition_key="tenant-1")  # fmt: skip
     answers = {
         ("migrate",): "migrate",
+        ("jobs", "list"): "jobs list",
+        ("jobs", "list", "--queue", "cli", "--tag", "a", "--payload"): "jobs list",
         ("jobs", "show", str(job.id)): "jobs show",
         ("jobs", "show", str(job.id), "--payload"): "jobs show",
         ("jobs", "explain", str(job.id)): "jobs explain",
@@ -126,3 +128,28 @@ async def test_json_may_come_before_or_after_the_command(database_url, where):
     code, out, _ = await run_awa(*full, "--database-url", database_url)
     assert code == 0
     VALIDATOR.validate(json.loads(out))
+
+
+async def test_jobs_list_filters_and_pages(client, database_url):
+    ids = [
+        (await client.insert({"n": n}, kind="listed", queue="pages", tags=[f"t{n % 2}"])).id
+        for n in range(3)
+    ]
+    code, page = await awa_json(database_url, "jobs", "list", "--queue", "pages", "--limit", "2")
+    assert code == 0
+    assert [job["id"] for job in page["data"]["jobs"]] == [ids[2], ids[1]]
+    assert page["data"]["next_before"] == ids[1]
+    _, rest = await awa_json(
+        database_url, "jobs", "list", "--queue", "pages", "--limit", "2",
+        "--before", str(ids[1]),
+    )  # fmt: skip
+    assert [job["id"] for job in rest["data"]["jobs"]] == [ids[0]]
+    assert rest["data"]["next_before"] is None
+    _, tagged = await awa_json(database_url, "jobs", "list", "--tag", "t0")
+    assert [job["id"] for job in tagged["data"]["jobs"]] == [ids[2], ids[0]]
+    code, out, _ = await run_awa("jobs", "list", "--queue", "pages", "--database-url",
+                                 database_url)  # fmt: skip
+    assert code == 0
+    assert out.splitlines()[0].startswith(f"{ids[2]}  available")
+    code, envelope = await awa_json(database_url, "jobs", "list", "--state", "done")
+    assert (code, envelope["error"]["type"]) == (2, "ValidationError")

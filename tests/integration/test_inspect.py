@@ -45,6 +45,20 @@ async def test_list_jobs_filters_and_orders_newest_first(client, conn):
     assert completed.state is awa.JobState.Completed
 
 
+async def test_list_jobs_filters_by_tag_and_pages_with_before(client):
+    a = await client.insert({}, kind="alpha", tags=["x", "y"])
+    b = await client.insert({}, kind="alpha", tags=["y"])
+    c = await client.insert({}, kind="alpha", tags=["x"])
+    assert [job.id for job in await client.list_jobs(tag="x")] == [c.id, a.id]
+    assert [job.id for job in await client.list_jobs(tag="z")] == []
+    first = await client.list_jobs(limit=2)
+    assert [job.id for job in first] == [c.id, b.id]
+    assert [job.id for job in await client.list_jobs(limit=2, before=first[-1].id)] == [a.id]
+    with pytest.raises(awa.ValidationError) as raised:
+        await client.list_jobs(before="10")  # type: ignore[arg-type]
+    assert raised.value.field == "before"
+
+
 async def test_list_jobs_refuses_unknown_states_and_bad_limits(client):
     with pytest.raises(awa.ValidationError) as raised:
         await client.list_jobs(state="done")

@@ -1,4 +1,5 @@
-"""``awa jobs show | explain``: one job, and why it is not running."""
+"""``awa jobs list | show | explain``: the jobs, one job, and why it is
+not running."""
 
 from __future__ import annotations
 
@@ -8,13 +9,33 @@ from typing import Any
 
 from awa.cli.common import add_database_options, add_json_option, client
 from awa.cli.output import Reply, when
+from awa.client import MAX_LIST_LIMIT
 from awa.explain import Explanation
 from awa.job import Job
+
+#: Jobs ``awa jobs list`` gives when not told how many.
+DEFAULT_PAGE = 50
 
 
 def add_commands(commands: Any) -> None:
     jobs = commands.add_parser("jobs", help="inspect jobs")
     jobs_commands = jobs.add_subparsers(required=True, metavar="jobs-command")
+    listed = jobs_commands.add_parser("list", help="jobs, newest first, by any of the filters")
+    listed.add_argument("--state", metavar="STATE", help="e.g. failed, available, running")
+    listed.add_argument("--queue", metavar="QUEUE")
+    listed.add_argument("--kind", metavar="KIND")
+    listed.add_argument("--tag", metavar="TAG", help="jobs that carry this tag")
+    listed.add_argument(
+        "--before", type=int, metavar="JOB_ID", help="ids below this one: the next page"
+    )
+    listed.add_argument(
+        "--limit", type=int, default=DEFAULT_PAGE, metavar="N",
+        help=f"at most N jobs (default {DEFAULT_PAGE}, at most {MAX_LIST_LIMIT})",
+    )  # fmt: skip
+    listed.add_argument(
+        "--payload", action="store_true", help="also give args and metadata (may be personal)"
+    )
+    listed.set_defaults(run=_list, command="jobs list")
     show = jobs_commands.add_parser("show", help="one job and every attempt it made")
     show.add_argument("job_id", type=int, metavar="JOB_ID")
     show.add_argument(
@@ -24,9 +45,36 @@ def add_commands(commands: Any) -> None:
     explain = jobs_commands.add_parser("explain", help="why a job is not running now")
     explain.add_argument("job_id", type=int, metavar="JOB_ID")
     explain.set_defaults(run=_explain, command="jobs explain")
-    for parser in (show, explain):
+    for parser in (listed, show, explain):
         add_database_options(parser)
         add_json_option(parser)
+
+
+async def _list(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        found = await awa.list_jobs(
+            state=options.state, queue=options.queue, kind=options.kind, tag=options.tag,
+            before=options.before, limit=options.limit, include_payload=options.payload,
+        )  # fmt: skip
+    # A full page may have more after it; a short one has none.
+    next_before = found[-1].id if len(found) == options.limit else None
+    lines = [describe_listed(job) for job in found] or ["no jobs"]
+    if next_before is not None:
+        lines.append(f"(newest first; the next page: --before {next_before})")
+    return Reply(
+        {"jobs": [job_data(job, with_payload=options.payload) for job in found],
+         "next_before": next_before},
+        lines,
+    )  # fmt: skip
+
+
+def describe_listed(job: Job[Any]) -> str:
+    """One line of ``awa jobs list``."""
+    return (
+        f"{job.id}  {job.state.value:<16} {job.queue}  {job.kind}  p{job.priority}  "
+        f"attempt {job.attempt}/{job.max_attempts}  run_at {when(job.run_at)}  "
+        f"finished {when(job.finalized_at)}"
+    )
 
 
 async def _show(options: argparse.Namespace) -> Reply:

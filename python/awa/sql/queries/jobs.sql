@@ -200,8 +200,9 @@ FROM awa.jobs
 WHERE id = $1;
 
 -- name: jobs_list
--- Newest jobs first, optionally filtered by state, queue and kind; args and
--- metadata only when $5 asks for them (see jobs_get).
+-- Newest jobs first, optionally filtered by state, queue, kind and a tag
+-- ($6), and below id $7 (the next page); args and metadata only when $5
+-- asks for them (see jobs_get).
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
@@ -211,6 +212,8 @@ FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
   AND ($3::text IS NULL OR kind = $3)
+  AND ($6::text IS NULL OR tags::text[] @> ARRAY[$6::text])
+  AND ($7::bigint IS NULL OR id < $7::bigint)
 ORDER BY id DESC
 LIMIT $4;
 
