@@ -153,3 +153,38 @@ async def test_jobs_list_filters_and_pages(client, database_url):
     assert out.splitlines()[0].startswith(f"{ids[2]}  available")
     code, envelope = await awa_json(database_url, "jobs", "list", "--state", "done")
     assert (code, envelope["error"]["type"]) == (2, "ValidationError")
+
+
+async def dead_letter(conn, queue: str = "dq") -> int:
+    return await conn.fetchval(
+        "INSERT INTO awa.jobs (kind, queue, args, state, failure_reason, finalized_at)"
+        " VALUES ('k', $1, '{}', 'failed', 'terminal_error', now()) RETURNING id",
+        queue,
+    )
+
+
+async def test_dlq_lists_and_its_bulk_verbs_need_a_selection_and_a_yes(conn, database_url):
+    first, second = await dead_letter(conn), await dead_letter(conn)
+    other = await dead_letter(conn, "elsewhere")
+    code, listed = await awa_json(database_url, "dlq", "list", "--queue", "dq")
+    assert code == 0
+    assert [(row["id"], row["reason"]) for row in listed["data"]["dead_letters"]] == [
+        (second, "terminal_error"), (first, "terminal_error"),
+    ]  # fmt: skip
+    code, refused = await awa_json(database_url, "dlq", "retry")
+    assert (code, refused["error"]["type"], refused["error"]["exit_code"]) == (4, "Refused", 4)
+    assert "--all" in refused["error"]["message"]
+    code, unconfirmed = await awa_json(database_url, "dlq", "retry", "--queue", "dq")
+    assert (code, unconfirmed["error"]["type"]) == (4, "Refused")
+    assert "--yes" in unconfirmed["error"]["message"]
+    code, out, err = await run_awa("dlq", "purge", "--database-url", database_url)
+    assert (code, out) == (4, "")
+    assert err.startswith("awa: dlq purge acts on many jobs")
+    code, retried = await awa_json(database_url, "dlq", "retry", "--queue", "dq", "--yes")
+    assert code == 0
+    assert sorted(retried["data"]["retried"]) == [first, second]
+    states = dict(await conn.fetch("SELECT id, state::text FROM awa.jobs"))
+    assert (states[first], states[second], states[other]) == ("available", "available", "failed")
+    code, purged = await awa_json(database_url, "dlq", "purge", "--all", "--yes")
+    assert (code, purged["data"]["purged"]) == (0, 1)
+    assert await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE id = $1", other) == 0

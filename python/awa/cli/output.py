@@ -43,6 +43,11 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
+class Refused(AwaError):
+    """A command that acts on many jobs at once, without the filter or the
+    confirmation it needs (exit status 4)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Reply:
     """A command's answer: ``data`` for ``--json``, ``lines`` for a person."""
@@ -55,6 +60,8 @@ class Reply:
 def exit_code_of(error: BaseException) -> ExitCode:
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
+    if isinstance(error, Refused):
+        return ExitCode.REFUSED
     if isinstance(error, LookupError) and isinstance(error, AwaError):
         return ExitCode.NOT_FOUND
     if isinstance(error, ValidationError | ConfigurationError):
