@@ -188,3 +188,32 @@ async def test_dlq_lists_and_its_bulk_verbs_need_a_selection_and_a_yes(conn, dat
     code, purged = await awa_json(database_url, "dlq", "purge", "--all", "--yes")
     assert (code, purged["data"]["purged"]) == (0, 1)
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE id = $1", other) == 0
+
+
+async def test_quarantine_lists_and_releases_a_fingerprint(client, conn, database_url):
+    job = await client.insert({"n": 1}, kind="crashy", queue="q")
+    await conn.execute(
+        "INSERT INTO awa.quarantine (fingerprint, kind, crashes, window_started_at, "
+        "last_crash_at, last_job_id, quarantined_at, reason) "
+        "SELECT awa.job_fingerprint(kind, args), kind, 3, now(), now(), id, now(), 'crash loop' "
+        "FROM awa.jobs WHERE id = $1",
+        job.id,
+    )
+    code, listed = await awa_json(database_url, "quarantine", "list")
+    assert code == 0
+    [held] = listed["data"]["fingerprints"]
+    assert (held["kind"], held["last_job_id"], held["reason"]) == ("crashy", job.id, "crash loop")
+    code, released = await awa_json(database_url, "quarantine", "release", held["fingerprint"])
+    assert (code, released["data"]["released"]) == (0, True)
+    code, again = await awa_json(database_url, "quarantine", "release", held["fingerprint"])
+    assert (code, again["error"]["type"]) == (3, "NotFound")
+    code, bad = await awa_json(database_url, "quarantine", "release", "not-hex")
+    assert (code, bad["error"]["type"]) == (2, "ValidationError")
+
+
+async def test_explain_at_the_top_is_jobs_explain(client, database_url):
+    job = await client.insert({"n": 1}, kind="k", queue="nobody-serves")
+    _, top = await awa_json(database_url, "explain", str(job.id))
+    _, nested = await awa_json(database_url, "jobs", "explain", str(job.id))
+    assert top["command"] == nested["command"] == "jobs explain"
+    assert top["data"]["reason"] == nested["data"]["reason"]

@@ -45,7 +45,11 @@ def add_commands(commands: Any) -> None:
     explain = jobs_commands.add_parser("explain", help="why a job is not running now")
     explain.add_argument("job_id", type=int, metavar="JOB_ID")
     explain.set_defaults(run=_explain, command="jobs explain")
-    for parser in (listed, show, explain):
+    # `awa explain JOB_ID`: the same, at the top (what operators type first).
+    top_explain = commands.add_parser("explain", help="why a job is not running now")
+    top_explain.add_argument("job_id", type=int, metavar="JOB_ID")
+    top_explain.set_defaults(run=_explain, command="jobs explain")
+    for parser in (listed, show, explain, top_explain):
         add_database_options(parser)
         add_json_option(parser)
 

@@ -48,6 +48,11 @@ class Refused(AwaError):
     confirmation it needs (exit status 4)."""
 
 
+class NotFound(AwaError, LookupError):
+    """What a command names does not exist (exit status 3), where the
+    library says so with a value rather than an error."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Reply:
     """A command's answer: ``data`` for ``--json``, ``lines`` for a person."""
