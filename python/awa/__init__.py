@@ -52,7 +52,7 @@ from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
-from awa.queues import QueueConfig, RateClass
+from awa.queues import QueueConfig, QueueSummary, RateClass
 from awa.tasks import derive_kind
 from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
@@ -94,6 +94,7 @@ __all__ = [
     "PeriodicNotFound",
     "QuarantinedFingerprint",
     "QueueConfig",
+    "QueueSummary",
     "RateClass",
     "RescueReason",
     "RetryAfter",

@@ -1028,6 +1028,13 @@ class AsyncClient:
         returns the queue's settings."""
         return await queues.set_paused(await self._database(), queue, True, paused_by)
 
+    async def list_queues(self) -> list[queues.QueueSummary]:
+        """Every queue with jobs or settings, by name: its settings and how
+        many of its jobs are due, running, due later, parked for a callback
+        and failed, with the oldest due job's run_at. Reads the whole jobs
+        table (about 0.1 s a million jobs): for operators, not a hot loop."""
+        return await queues.summaries(await self._database())
+
     async def resume_queue(self, queue: str) -> queues.QueueConfig:
         """Lets workers claim from ``queue`` again; returns its settings."""
         return await queues.set_paused(await self._database(), queue, False)

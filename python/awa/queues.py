@@ -58,6 +58,25 @@ class QueueConfig:
     max_workers_per_partition: int | None = None
 
 
+@dataclass(frozen=True)
+class QueueSummary:
+    """A queue's settings and what waits in it (``list_queues``)."""
+
+    config: QueueConfig
+    #: Jobs available and due now, waiting for a worker.
+    due: int
+    running: int
+    #: Jobs that become due later: scheduled, retrying after a backoff, or
+    #: available with a run_at still ahead.
+    later: int
+    #: Jobs parked for a callback.
+    waiting_external: int
+    #: Dead letters (``list_dlq``).
+    failed: int
+    #: The run_at of the oldest due job: how far behind the queue is.
+    oldest_due_at: datetime.datetime | None
+
+
 class _Unset:
     """A ``configure_queue`` setting not given: it keeps its value."""
 
@@ -253,6 +272,22 @@ async def get_config(db: Database, queue: str) -> QueueConfig:
     await db.require_schema()
     row = await db.fetchrow("queue_settings_get", queue)
     return QueueConfig(queue) if row is None else _config(row)
+
+
+async def summaries(db: Database) -> list[QueueSummary]:
+    await db.require_schema()
+    return [
+        QueueSummary(
+            config=_config(row),
+            due=row["due"],
+            running=row["running"],
+            later=row["later"],
+            waiting_external=row["waiting_external"],
+            failed=row["failed"],
+            oldest_due_at=row["oldest_due_at"],
+        )
+        for row in await db.fetch("queue_settings_summaries")
+    ]
 
 
 #: How often a drain looks again, at least (slower when the count is slow).

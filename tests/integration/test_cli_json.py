@@ -4,6 +4,7 @@ and fails with the documented exit status and a named error."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,23 @@ async def test_explain_at_the_top_is_jobs_explain(client, database_url):
     _, nested = await awa_json(database_url, "jobs", "explain", str(job.id))
     assert top["command"] == nested["command"] == "jobs explain"
     assert top["data"]["reason"] == nested["data"]["reason"]
+
+
+async def test_queues_list_counts_what_waits_in_each_queue(client, conn, database_url):
+    await client.insert({"n": 1}, kind="k", queue="busy")
+    await client.insert({"n": 2}, kind="k", queue="busy")
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    await client.insert({"n": 3}, kind="k", queue="busy", run_at=later)
+    await dead_letter(conn, "busy")
+    await client.pause_queue("quiet", paused_by="tests")
+    code, listed = await awa_json(database_url, "queues", "list")
+    assert code == 0
+    by_name = {row["queue"]: row for row in listed["data"]["queues"]}
+    busy = by_name["busy"]
+    assert (busy["due"], busy["running"], busy["later"], busy["failed"]) == (2, 0, 1, 1)
+    assert busy["oldest_due_at"] is not None and not busy["paused"]
+    quiet = by_name["quiet"]
+    assert (quiet["paused"], quiet["due"], quiet["oldest_due_at"]) == (True, 0, None)
+    code, out, _ = await run_awa("queues", "list", "--database-url", database_url)
+    assert "busy: 2 due, 0 running, 1 later, 0 waiting for a callback, 1 failed" in out
+    assert "quiet: 0 due" in out and "PAUSED" in out

@@ -1,5 +1,6 @@
-"""``awa queues pause | resume | show | configure | drain``: a queue's
-fleet-wide settings (docs/flow-control.md)."""
+"""``awa queues list | pause | resume | show | configure | drain``: the
+queues, what waits in each, and their fleet-wide settings
+(docs/flow-control.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 
 from awa.cli.common import add_database_options, add_json_option, client
 from awa.cli.output import Reply, when
-from awa.queues import UNSET, QueueConfig
+from awa.queues import UNSET, QueueConfig, QueueSummary
 
 
 def add_commands(commands: Any) -> None:
     queues = commands.add_parser("queues", help="pause, resume, configure, drain or show a queue")
     queue_commands = queues.add_subparsers(required=True, metavar="queues-command")
+    listed = queue_commands.add_parser(
+        "list", help="every queue with jobs or settings: what waits in it, and its settings"
+    )
     pause = queue_commands.add_parser("pause", help="no worker of the fleet claims from it")
     pause.add_argument("queue", metavar="QUEUE")
     pause.add_argument("--by", metavar="WHO", help="who pauses it, and why (kept until resumed)")
@@ -56,11 +60,44 @@ def add_commands(commands: Any) -> None:
     drain.add_argument(
         "--timeout", type=float, default=None, metavar="SECONDS", help="give up after this long"
     )
-    for parser, run in ((pause, _pause), (resume, _resume), (show, _show),
+    for parser, run in ((listed, _list), (pause, _pause), (resume, _resume), (show, _show),
                         (configure, _configure), (drain, _drain)):  # fmt: skip
         add_database_options(parser)
         add_json_option(parser)
         parser.set_defaults(run=run, command=f"queues {parser.prog.rsplit(' ', 1)[-1]}")
+
+
+async def _list(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        found = await awa.list_queues()
+    return Reply(
+        {"queues": [summary_data(summary) for summary in found]},
+        [describe_summary(summary) for summary in found] or ["no queues"],
+    )
+
+
+def summary_data(summary: QueueSummary) -> dict[str, Any]:
+    """A queue in ``awa queues list --json`` (docs/cli.md, ``queue_summary``)."""
+    return {
+        **queue_data(summary.config),
+        "due": summary.due,
+        "running": summary.running,
+        "later": summary.later,
+        "waiting_external": summary.waiting_external,
+        "failed": summary.failed,
+        "oldest_due_at": summary.oldest_due_at,
+    }
+
+
+def describe_summary(summary: QueueSummary) -> str:
+    """One line of ``awa queues list``."""
+    counts = (
+        f"{summary.due} due, {summary.running} running, {summary.later} later, "
+        f"{summary.waiting_external} waiting for a callback, {summary.failed} failed"
+    )
+    oldest = f"; oldest due since {when(summary.oldest_due_at)}" if summary.oldest_due_at else ""
+    paused = "; PAUSED" if summary.config.paused else ""
+    return f"{summary.config.queue}: {counts}{oldest}{paused}"
 
 
 async def _pause(options: argparse.Namespace) -> Reply:
