@@ -30,7 +30,7 @@ WHERE queue = $1::text;
 -- it has none) and how many of its jobs wait in each unfinished state,
 -- with the oldest due job's run_at. Reads the whole jobs table once (no
 -- index of it may name the state: claims and outcomes write it, and their
--- updates stay HOT), about 0.1 s a million jobs.
+-- updates stay HOT): 0.18 s for a million jobs here (benches/operator).
 WITH counts AS (
     SELECT j.queue::text AS queue,
            count(*) FILTER (WHERE j.state = 'available' AND j.run_at <= now()) AS due,
