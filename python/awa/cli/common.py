@@ -40,6 +40,24 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Jobs a listing gives when not told how many.
+DEFAULT_PAGE = 50
+
+
+def add_page_options(parser: argparse.ArgumentParser, most: int) -> None:
+    """``--limit`` and ``--payload`` of a listing of jobs."""
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_PAGE,
+        metavar="N",
+        help=f"at most N jobs (default {DEFAULT_PAGE}, at most {most})",
+    )
+    parser.add_argument(
+        "--payload", action="store_true", help="also give args and metadata (may be personal)"
+    )
+
+
 def required_url(options: argparse.Namespace) -> str:
     """The database a command works on: never a throwaway one."""
     url = options.database_url or os.environ.get("AWA_DATABASE_URL")

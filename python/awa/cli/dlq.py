@@ -9,8 +9,8 @@ import datetime
 import sys
 from typing import Any
 
-from awa.cli.common import add_database_options, add_json_option, client
-from awa.cli.jobs import DEFAULT_PAGE, describe_listed, job_data
+from awa.cli.common import add_database_options, add_json_option, add_page_options, client
+from awa.cli.jobs import describe_listed, job_data
 from awa.cli.output import Refused, Reply
 from awa.client import MAX_LIST_LIMIT
 from awa.dead_letters import DeadLetter, DeadLetterReason
@@ -21,13 +21,7 @@ def add_commands(commands: Any) -> None:
     dlq_commands = dlq.add_subparsers(required=True, metavar="dlq-command")
     listed = dlq_commands.add_parser("list", help="dead letters, newest first")
     _filters(listed)
-    listed.add_argument(
-        "--limit", type=int, default=DEFAULT_PAGE, metavar="N",
-        help=f"at most N (default {DEFAULT_PAGE}, at most {MAX_LIST_LIMIT})",
-    )  # fmt: skip
-    listed.add_argument(
-        "--payload", action="store_true", help="also give args and metadata (may be personal)"
-    )
+    add_page_options(listed, MAX_LIST_LIMIT)
     listed.set_defaults(run=_list, command="dlq list")
     retry = dlq_commands.add_parser(
         "retry", help="send dead letters back to work (attempts reset, errors kept)"

@@ -7,14 +7,11 @@ import argparse
 import json
 from typing import Any
 
-from awa.cli.common import add_database_options, add_json_option, client
+from awa.cli.common import add_database_options, add_json_option, add_page_options, client
 from awa.cli.output import Reply, when
 from awa.client import MAX_LIST_LIMIT
 from awa.explain import Explanation
 from awa.job import Job
-
-#: Jobs ``awa jobs list`` gives when not told how many.
-DEFAULT_PAGE = 50
 
 
 def add_commands(commands: Any) -> None:
@@ -28,13 +25,7 @@ def add_commands(commands: Any) -> None:
     listed.add_argument(
         "--before", type=int, metavar="JOB_ID", help="ids below this one: the next page"
     )
-    listed.add_argument(
-        "--limit", type=int, default=DEFAULT_PAGE, metavar="N",
-        help=f"at most N jobs (default {DEFAULT_PAGE}, at most {MAX_LIST_LIMIT})",
-    )  # fmt: skip
-    listed.add_argument(
-        "--payload", action="store_true", help="also give args and metadata (may be personal)"
-    )
+    add_page_options(listed, MAX_LIST_LIMIT)
     listed.set_defaults(run=_list, command="jobs list")
     show = jobs_commands.add_parser("show", help="one job and every attempt it made")
     show.add_argument("job_id", type=int, metavar="JOB_ID")
