@@ -247,7 +247,7 @@ async def test_a_missing_app_module_says_what_was_tried(tmp_path):
     code, _, err = await run_console_script(
         "worker", "--app", "nosuchapp.jobs:client", cwd=tmp_path
     )
-    assert code == 1
+    assert code == 2  # usage: an --app that does not load
     assert "Traceback" not in err
     assert "no module named 'nosuchapp'" in err
     assert str(tmp_path) in err  # where it looked
@@ -256,7 +256,7 @@ async def test_a_missing_app_module_says_what_was_tried(tmp_path):
 async def test_an_app_that_raises_on_import_is_reported_with_its_line(tmp_path):
     _write_app(tmp_path, "import awa\nclient = awa.AsyncClient(undefined_name)\n")
     code, _, err = await run_console_script("worker", "--app", "myapp.jobs:client", cwd=tmp_path)
-    assert code == 1
+    assert code == 2  # usage: an --app that does not load
     assert "importing 'myapp.jobs' raised NameError" in err
     assert 'jobs.py", line 2' in err, err
 

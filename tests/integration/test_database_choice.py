@@ -57,7 +57,7 @@ def test_embedded_refuses_a_url_or_a_pool():
 @pytest.mark.parametrize("command", [["migrate"], ["jobs", "show", "1"]])
 async def test_commands_without_a_url_refuse_instead_of_a_throwaway_database(command):
     code, out, err = await run_awa(*command, env=_without_database_url())
-    assert code == 1
+    assert code == 2  # usage: no database named
     assert "no database given: use --database-url" in err
     assert "Traceback" not in err and out == ""
 
@@ -69,7 +69,7 @@ async def test_the_worker_command_refuses_an_embedded_client(tmp_path):
     )
     env = {**_without_database_url(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     code, _, err = await run_awa("worker", "--app", "embedded_app:client", env=env)
-    assert code == 1
+    assert code == 2  # usage: an --app awa worker cannot run
     assert "throwaway embedded server" in err
 
 
