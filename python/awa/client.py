@@ -49,6 +49,7 @@ from awa.inserts import (
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
 from awa.migrations import migrate as migrate_database
+from awa.migrations import pending
 from awa.tasks import Registry, Task, args_of, decoder_for, same_args_type
 from awa.transaction import Transaction
 from awa.worker import Worker
@@ -574,6 +575,12 @@ class AsyncClient:
         at once. Returns the migration versions applied by this call."""
         db = await self._database()
         return await migrate_database(db)
+
+    async def pending_migrations(self) -> list[tuple[int, str]]:
+        """The migrations :meth:`migrate` would apply now, as ``(version,
+        name)``, oldest first; applies nothing (``awa migrate --dry-run``)."""
+        db = await self._database()
+        return [(migration.version, migration.name) for migration in await pending(db)]
 
     # ── inserting ───────────────────────────────────────────────────────
     #

@@ -33,6 +33,15 @@ async def migrate(db: Database, connection: Any = None) -> list[int]:
     return await _migrate_serially(db, connection)
 
 
+async def pending(db: Database) -> list[sql.Migration]:
+    """The migrations ``migrate`` would apply now, oldest first (every one
+    on a database awa never touched); applies nothing."""
+    if not await db.fetchval("schema_migrations_exists"):
+        return list(sql.MIGRATIONS)
+    applied = {row["version"] for row in await db.fetch("schema_migrations_applied")}
+    return [migration for migration in sql.MIGRATIONS if migration.version not in applied]
+
+
 async def _migrate_serially(db: Database, connection: Any) -> list[int]:
     # The per-migration transaction locks keep concurrent migrators correct
     # everywhere; on a direct connection a session lock also keeps one

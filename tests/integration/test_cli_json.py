@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import jsonschema
 import pytest
 
@@ -238,3 +241,51 @@ async def test_queues_list_counts_what_waits_in_each_queue(client, conn, databas
     code, out, _ = await run_awa("queues", "list", "--database-url", database_url)
     assert "busy: 2 due, 0 running, 1 later, 0 waiting for a callback, 1 failed" in out
     assert "quiet: 0 due" in out and "PAUSED" in out
+
+
+async def test_migrate_dry_run_says_what_it_would_apply_and_applies_nothing(server_url):
+    admin = await asyncpg.connect(server_url)
+    name = f"awa_dry_{uuid.uuid4().hex[:10]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+    try:
+        code, envelope = await awa_json(url, "migrate", "--dry-run")
+        assert code == 0
+        pending = envelope["data"]["pending"]
+        assert [row["version"] for row in pending] == list(range(1, len(pending) + 1))
+        assert envelope["data"]["applied"] == []
+        conn = await asyncpg.connect(url)
+        try:
+            assert await conn.fetchval("SELECT to_regclass('awa.schema_migrations')") is None
+        finally:
+            await conn.close()
+        code, out, _ = await run_awa("migrate", "--dry-run", "--database-url", url)
+        assert out.splitlines()[0] == "would apply 0001_initial"
+        code, migrated = await awa_json(url, "migrate")
+        assert migrated["data"]["applied"] == [row["version"] for row in pending]
+        code, again = await awa_json(url, "migrate", "--dry-run")
+        assert again["data"]["pending"] == []
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_jobs_cancel_and_retry(client, conn, database_url):
+    job = await client.insert({"n": 1}, kind="k", queue="ops")
+    code, cancelled = await awa_json(database_url, "jobs", "cancel", str(job.id), "--reason", "ops")
+    assert (code, cancelled["data"]["cancelled"]) == (0, True)
+    assert cancelled["data"]["job"]["state"] == "cancelled"
+    code, again = await awa_json(database_url, "jobs", "cancel", str(job.id))
+    assert (code, again["data"]["cancelled"]) == (0, False)
+    code, missing = await awa_json(database_url, "jobs", "cancel", "987654321")
+    assert (code, missing["error"]["type"]) == (3, "JobNotFound")
+    failed = await dead_letter(conn, "ops")
+    code, refused = await awa_json(database_url, "jobs", "retry", str(failed), str(job.id))
+    assert (code, refused["error"]["type"]) == (4, "Refused")
+    assert f"job {job.id} is cancelled" in refused["error"]["message"]
+    assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", failed) == "failed"
+    code, retried = await awa_json(database_url, "jobs", "retry", str(failed))
+    assert (code, retried["data"]["retried"]) == (0, [failed])
+    assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", failed) == (
+        "available"
+    )

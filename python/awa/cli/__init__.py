@@ -81,6 +81,9 @@ def parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     commands = root.add_subparsers(required=True, metavar="command")
 
     migrate = commands.add_parser("migrate", help="bring the awa schema up to date")
+    migrate.add_argument(
+        "--dry-run", action="store_true", help="only say which migrations it would apply"
+    )
     add_database_options(migrate)
     add_json_option(migrate)
     migrate.set_defaults(run=_migrate, command="migrate")
@@ -109,9 +112,15 @@ def parser(*, as_json: bool = False) -> argparse.ArgumentParser:
 
 async def _migrate(options: argparse.Namespace) -> Reply:
     async with client(options) as awa:
+        if options.dry_run:
+            pending = await awa.pending_migrations()
+            return Reply(
+                {"applied": [], "pending": [{"version": v, "name": n} for v, n in pending]},
+                [f"would apply {v:04d}_{n}" for v, n in pending] or ["the schema is up to date"],
+            )
         applied = await awa.migrate()
     return Reply(
-        {"applied": applied},
+        {"applied": applied, "pending": []},
         [f"applied migrations {applied}" if applied else "the schema is up to date"],
     )
 

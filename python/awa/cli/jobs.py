@@ -1,5 +1,5 @@
-"""``awa jobs list | show | explain``: the jobs, one job, and why it is
-not running."""
+"""``awa jobs list | show | explain | cancel | retry``: the jobs, one job,
+why it is not running, and the two things an operator does to one."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 from awa.cli.common import add_database_options, add_json_option, add_page_options, client
-from awa.cli.output import Reply, when
+from awa.cli.output import Refused, Reply, when
 from awa.client import MAX_LIST_LIMIT
 from awa.explain import Explanation
-from awa.job import Job
+from awa.job import Job, JobState
 
 
 def add_commands(commands: Any) -> None:
@@ -36,11 +36,22 @@ def add_commands(commands: Any) -> None:
     explain = jobs_commands.add_parser("explain", help="why a job is not running now")
     explain.add_argument("job_id", type=int, metavar="JOB_ID")
     explain.set_defaults(run=_explain, command="jobs explain")
+    cancel = jobs_commands.add_parser(
+        "cancel", help="cancel a job that has not finished (a running handler is told)"
+    )
+    cancel.add_argument("job_id", type=int, metavar="JOB_ID")
+    cancel.add_argument("--reason", help="kept in the job's errors")
+    cancel.set_defaults(run=_cancel, command="jobs cancel")
+    retry = jobs_commands.add_parser(
+        "retry", help="send failed jobs back to work (as `dlq retry` with their ids)"
+    )
+    retry.add_argument("job_ids", nargs="+", type=int, metavar="JOB_ID")
+    retry.set_defaults(run=_retry, command="jobs retry")
     # `awa explain JOB_ID`: the same, at the top (what operators type first).
     top_explain = commands.add_parser("explain", help="why a job is not running now")
     top_explain.add_argument("job_id", type=int, metavar="JOB_ID")
     top_explain.set_defaults(run=_explain, command="jobs explain")
-    for parser in (listed, show, explain, top_explain):
+    for parser in (listed, show, explain, cancel, retry, top_explain):
         add_database_options(parser)
         add_json_option(parser)
 
@@ -61,6 +72,36 @@ async def _list(options: argparse.Namespace) -> Reply:
          "next_before": next_before},
         lines,
     )  # fmt: skip
+
+
+async def _cancel(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        reason = {} if options.reason is None else {"reason": options.reason}
+        cancelled = await awa.cancel(options.job_id, **reason)
+        if cancelled is None:
+            finished = await awa.get_job(options.job_id, include_payload=False)
+            return Reply(
+                {"cancelled": False, "job": job_data(finished, with_payload=False)},
+                [f"job {options.job_id} had already finished ({finished.state.value})"],
+            )
+    return Reply(
+        {"cancelled": True, "job": job_data(cancelled, with_payload=False)},
+        [f"job {options.job_id} is cancelled"],
+    )
+
+
+async def _retry(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        # Only dead letters go back: say which are not before changing any.
+        for job_id in options.job_ids:
+            job = await awa.get_job(job_id, include_payload=False)
+            if job.state is not JobState.Failed:
+                raise Refused(
+                    f"job {job_id} is {job.state.value}: only failed jobs are retried "
+                    "(`awa jobs cancel` stops one that has not finished)"
+                )
+        retried = await awa.retry_from_dlq(options.job_ids)
+    return Reply({"retried": retried}, [f"retried jobs {', '.join(map(str, retried))}"])
 
 
 def describe_listed(job: Job[Any]) -> str:

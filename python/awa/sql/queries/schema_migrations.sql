@@ -33,6 +33,10 @@ INSERT INTO awa.schema_migrations (version, name) VALUES ($1, $2);
 -- Whether the migration ledger exists (a database awa never touched has none).
 SELECT to_regclass('awa.schema_migrations') IS NOT NULL AS present;
 
+-- name: schema_migrations_applied
+-- Every applied version, oldest first (the ledger must exist).
+SELECT version FROM awa.schema_migrations ORDER BY version;
+
 -- name: schema_migrations_latest
 -- The newest applied version, or NULL when none is.
 SELECT max(version) AS version FROM awa.schema_migrations;
