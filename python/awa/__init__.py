@@ -47,6 +47,7 @@ from awa.errors import (
 from awa.events import JobEvent, RescueReason
 from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
+from awa.health import HealthReport, LeaderHealth, WorkerHealth
 from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -84,11 +85,13 @@ __all__ = [
     "ExplainReason",
     "Explanation",
     "FollowUpError",
+    "HealthReport",
     "InsertOptions",
     "Job",
     "JobEvent",
     "JobNotFound",
     "JobState",
+    "LeaderHealth",
     "PayloadOmitted",
     "PeriodicInfo",
     "PeriodicNotFound",
@@ -111,6 +114,7 @@ __all__ = [
     "ValidationError",
     "WaitForCallback",
     "WorkerConfig",
+    "WorkerHealth",
     "derive_kind",
     "events",
     "metrics",

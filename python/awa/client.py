@@ -14,10 +14,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Unpack, cast, ov
 
 import asyncpg
 
-from awa import _core, callbacks, cancellation, dead_letters, quarantine, queues, undecodable
+from awa import (
+    _core,
+    callbacks,
+    cancellation,
+    dead_letters,
+    health,
+    quarantine,
+    queues,
+    undecodable,
+)
 from awa import explain as explaining
 from awa import periodic as periodic_jobs
 from awa.config import (
+    DEFAULT_HEARTBEAT_STALENESS_S,
     DEFAULT_MAX_CRASHES,
     DEFAULT_MAX_WORKERS,
     positive_seconds,
@@ -575,6 +585,18 @@ class AsyncClient:
         at once. Returns the migration versions applied by this call."""
         db = await self._database()
         return await migrate_database(db)
+
+    async def health_check(self) -> health.HealthReport:
+        """Whether the database answers and its schema is this code's, which
+        worker processes of the fleet beat lately, who leads maintenance,
+        and whether this client's own worker (if it runs one) is healthy:
+        an :class:`awa.HealthReport` (``.healthy``, ``.problems``). A
+        database that does not answer raises :class:`awa.ConnectionFailed`."""
+        worker = self._worker
+        staleness_s = (
+            DEFAULT_HEARTBEAT_STALENESS_S if worker is None else worker.config.heartbeat_staleness
+        )
+        return await health.check(await self._database(), worker, staleness_s)
 
     async def pending_migrations(self) -> list[tuple[int, str]]:
         """The migrations :meth:`migrate` would apply now, as ``(version,

@@ -15,6 +15,8 @@ from awa.errors import ConfigurationError, ValidationError
 DEFAULT_MAX_WORKERS = 10
 #: How long a worker may be silent before the fleet counts it as gone.
 DEFAULT_HEARTBEAT_STALENESS_S = 30.0
+#: The role (``awa.leaders``) of the worker that runs the fleet's maintenance.
+MAINTENANCE_ROLE = "maintenance"
 #: Crashes (worker died mid-attempt) a job survives before it fails with
 #: ``crash_loop``. ``None`` means unbounded.
 DEFAULT_MAX_CRASHES = 5

@@ -38,6 +38,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from awa._events import wait_for_event
+from awa.config import MAINTENANCE_ROLE
 from awa.db import Database
 from awa.worker.supervisor import Supervisor
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.leader")
 
-ROLE: Final = "maintenance"
+ROLE: Final = MAINTENANCE_ROLE
 SERVICE: Final = "leader"
 
 #: How long a stepping-down leader lets maintenance passes under way finish

@@ -35,3 +35,11 @@ SELECT current_database() AS database,
        coalesce(host(inet_server_addr()), 'local socket') AS host,
        inet_server_port() AS port,
        current_user AS role;
+
+-- name: workers_list
+-- Every registered worker process, oldest first, and whether it beat within
+-- the last $1 seconds (for health checks and operators).
+SELECT id, hostname, pid, queues, started_at, heartbeat_at,
+       heartbeat_at > now() - $1::float8 * interval '1 second' AS alive
+FROM awa.workers
+ORDER BY id;
