@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
 import asyncpg
 import pytest
@@ -87,6 +87,25 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
         yield url
     finally:
         await drop_database(server_url, name)
+
+
+@pytest.fixture
+async def fresh_database(server_url: str) -> AsyncIterator[Callable[[], Awaitable[str]]]:
+    """Makes empty (unmigrated) databases on the test server; drops them
+    afterwards."""
+    made: list[str] = []
+
+    async def make() -> str:
+        name = scratch_name("awa_empty")
+        await create_database(server_url, name)
+        made.append(name)
+        return with_database(server_url, name)
+
+    try:
+        yield make
+    finally:
+        for name in made:
+            await drop_database(server_url, name)
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import jsonschema
@@ -243,31 +241,24 @@ async def test_queues_list_counts_what_waits_in_each_queue(client, conn, databas
     assert "quiet: 0 due" in out and "PAUSED" in out
 
 
-async def test_migrate_dry_run_says_what_it_would_apply_and_applies_nothing(server_url):
-    admin = await asyncpg.connect(server_url)
-    name = f"awa_dry_{uuid.uuid4().hex[:10]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+async def test_migrate_dry_run_says_what_it_would_apply_and_applies_nothing(fresh_database):
+    url = await fresh_database()
+    code, envelope = await awa_json(url, "migrate", "--dry-run")
+    assert code == 0
+    pending = envelope["data"]["pending"]
+    assert [row["version"] for row in pending] == list(range(1, len(pending) + 1))
+    assert envelope["data"]["applied"] == []
+    conn = await asyncpg.connect(url)
     try:
-        code, envelope = await awa_json(url, "migrate", "--dry-run")
-        assert code == 0
-        pending = envelope["data"]["pending"]
-        assert [row["version"] for row in pending] == list(range(1, len(pending) + 1))
-        assert envelope["data"]["applied"] == []
-        conn = await asyncpg.connect(url)
-        try:
-            assert await conn.fetchval("SELECT to_regclass('awa.schema_migrations')") is None
-        finally:
-            await conn.close()
-        code, out, _ = await run_awa("migrate", "--dry-run", "--database-url", url)
-        assert out.splitlines()[0] == "would apply 0001_initial"
-        code, migrated = await awa_json(url, "migrate")
-        assert migrated["data"]["applied"] == [row["version"] for row in pending]
-        code, again = await awa_json(url, "migrate", "--dry-run")
-        assert again["data"]["pending"] == []
+        assert await conn.fetchval("SELECT to_regclass('awa.schema_migrations')") is None
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await conn.close()
+    code, out, _ = await run_awa("migrate", "--dry-run", "--database-url", url)
+    assert out.splitlines()[0] == "would apply 0001_initial"
+    code, migrated = await awa_json(url, "migrate")
+    assert migrated["data"]["applied"] == [row["version"] for row in pending]
+    code, again = await awa_json(url, "migrate", "--dry-run")
+    assert again["data"]["pending"] == []
 
 
 async def test_jobs_cancel_and_retry(client, conn, database_url):

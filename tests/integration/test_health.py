@@ -3,11 +3,6 @@ the fleet's workers and its leader, and this client's own worker."""
 
 from __future__ import annotations
 
-import uuid
-from urllib.parse import urlsplit, urlunsplit
-
-import asyncpg
-
 import awa
 from tests.integration.test_cli_json import awa_json
 from tests.support import FAST_WORKER, eventually
@@ -38,28 +33,27 @@ async def test_a_running_worker_is_seen_alive_and_leads(client, conn):
     [seen] = report.workers
     assert (seen.id, seen.alive, seen.queues) == (worker_id, True, ("health",))
     assert (report.leader.worker_id, report.leader.live) == (worker_id, True)
-    await conn.execute(
-        "UPDATE awa.workers SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", worker_id
+    # A worker that went silent (stopped here first: a running leader
+    # would remove the row once it finds it stale).
+    await client.shutdown()
+    silent = await conn.fetchval(
+        "INSERT INTO awa.workers (hostname, pid, queues, heartbeat_at)"
+        " VALUES ('gone', 1, '{health}', now() - interval '1 hour') RETURNING id"
     )
-    assert [w.alive for w in (await client.health_check()).workers] == [False]
+    report = await client.health_check()
+    assert {w.id: w.alive for w in report.workers} == {silent: False}
+    assert report.this_worker_healthy is None
 
 
-async def test_an_unmigrated_database_is_unhealthy_and_says_to_migrate(server_url):
-    admin = await asyncpg.connect(server_url)
-    name = f"awa_health_{uuid.uuid4().hex[:10]}"
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
-    try:
-        async with awa.AsyncClient(url) as fresh:
-            report = await fresh.health_check()
-        assert (report.healthy, report.schema_version) == (False, None)
-        [problem] = report.problems
-        assert "run awa migrate" in problem
-        code, envelope = await awa_json(url, "health")
-        assert (code, envelope["ok"], envelope["data"]["healthy"]) == (1, True, False)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+async def test_an_unmigrated_database_is_unhealthy_and_says_to_migrate(fresh_database):
+    url = await fresh_database()
+    async with awa.AsyncClient(url) as fresh:
+        report = await fresh.health_check()
+    assert (report.healthy, report.schema_version) == (False, None)
+    [problem] = report.problems
+    assert "run awa migrate" in problem
+    code, envelope = await awa_json(url, "health")
+    assert (code, envelope["ok"], envelope["data"]["healthy"]) == (1, True, False)
 
 
 async def test_awa_health_answers_in_json_and_in_lines(database_url):

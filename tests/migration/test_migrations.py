@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -75,26 +73,6 @@ async def declared_catalog(url: str) -> dict[str, list[tuple]]:
     finally:
         await connection.close()
     return await catalog(url)
-
-
-@pytest.fixture
-async def fresh_database(server_url):
-    """Makes empty databases on the test server; drops them afterwards."""
-    made: list[str] = []
-    admin = await asyncpg.connect(server_url)
-
-    async def make() -> str:
-        name = f"awa_mig_{uuid.uuid4().hex[:10]}"
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        made.append(name)
-        return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
-
-    try:
-        yield make
-    finally:
-        for name in made:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_schema_sql_equals_all_migrations_applied(fresh_database):
