@@ -20,6 +20,7 @@ from awa import (
     cancellation,
     dead_letters,
     health,
+    metrics,
     quarantine,
     queues,
     undecodable,
@@ -682,6 +683,7 @@ class AsyncClient:
             [key] = rows.unique_keys()
             holder = await db.fetchval("jobs_unique_holder", key, connection=connection)
             raise UniqueConflict(holder)
+        metrics.add(metrics.JOB_INSERTED)
         return self._job(row, decode=self._registry.decoder(kind, type(args)))
 
     @overload
@@ -730,6 +732,7 @@ class AsyncClient:
         db = await self._database()
         await db.require_schema(connection)
         records = await db.fetch("jobs_insert", rows.json_rows(), connection=connection)
+        metrics.add(metrics.JOB_INSERTED, len(records))
         return [self._job(record, decode=decoders.get(record["kind"])) for record in records]
 
     @overload
@@ -835,6 +838,7 @@ class AsyncClient:
             rows.copy_columns(with_ids),
             rows.copy_text(enqueued_us, ids if with_ids else None),
         )
+        metrics.add(metrics.JOB_INSERTED, len(rows))
         if lane_queues:
             await db.fetch("jobs_copy_partition_lanes_opened_end", connection=conn)
         queues, priorities, run_ats = rows.backdated_lanes(enqueued_us)

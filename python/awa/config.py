@@ -107,6 +107,10 @@ class WorkerConfig:
     reconcile_interval: float = 60.0
     #: How often the worker logs a summary line (jobs/s, failures, queue lag).
     report_interval: float = 60.0
+    #: How often the worker reads its queues' depth and lag for the metrics
+    #: (``awa.queue.depth``, ``awa.queue.lag``; one indexed statement for
+    #: all its queues). None: never (``awa worker --metrics-port`` sets 15).
+    queue_metrics_interval: float | None = None
     #: How long a handler may block the event loop before the process counts
     #: as hung: its heartbeats (sent from a thread of their own) stop and its
     #: jobs are rescued. Blocks past a second are logged either way.
@@ -150,7 +154,11 @@ class WorkerConfig:
                 "dead_letter_retention_by_queue",
             }:
                 continue
-            if field.name in {"global_max_workers", "sync_handler_threads"} and value is None:
+            if (
+                field.name
+                in {"global_max_workers", "sync_handler_threads", "queue_metrics_interval"}
+                and value is None
+            ):
                 continue
             if field.name == "prefetch" and value == 0 and not isinstance(value, bool):
                 continue

@@ -24,6 +24,7 @@ from awa import _core
 from awa.config import positive_seconds
 from awa.errors import ValidationError
 from awa.job import JobState
+from awa.tracing import with_trace_context
 
 if TYPE_CHECKING:
     from awa.tasks import Registry
@@ -246,6 +247,7 @@ def add_jobs(
     all or a list of one per job; returns the distinct ``(kind, argument
     type)`` pairs. All or nothing: a refused job adds none."""
     resolve = registry.resolver(require_task=require_task)
+    options = with_trace_context(options)
     return rows.add_many(jobs, options, resolve, now_us=now_us(), batch=batch)  # type: ignore[no-any-return]
 
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 from awa.cli.output import ExitCode, Reply
 from awa.client import AsyncClient
 from awa.errors import ConfigurationError
-from awa.worker import processes
+from awa.worker import endpoint, processes
 
 log = logging.getLogger("awa.cli")
 
@@ -28,6 +28,8 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 #: waits for a child to stop before killing it: a child also writes its last
 #: outcomes, gives up leadership and deregisters after its handlers finish.
 CHILD_STOP_MARGIN_S = 30.0
+#: How often a worker with --metrics-port reads its queues' depth and lag.
+QUEUE_METRICS_INTERVAL_S = 15.0
 
 
 def add_commands(commands: Any) -> None:
@@ -74,7 +76,33 @@ def add_commands(commands: Any) -> None:
         default=False,
         help="migrate before starting (once, before any of --processes starts)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve /metrics (Prometheus), /healthz and /readyz on PORT (0: any free port, "
+        "logged); with --processes N, child i serves PORT+i-1 (docs/metrics.md)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default=endpoint.DEFAULT_HOST,
+        metavar="HOST",
+        help=f"the address --metrics-port listens on (default {endpoint.DEFAULT_HOST}: "
+        "every interface; 127.0.0.1 keeps it local)",
+    )
     worker.set_defaults(run=_worker, command="worker")
+
+
+def port_number(text: str) -> int:
+    """``--metrics-port``: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
+    return port
 
 
 def load_client(target: str) -> AsyncClient:
@@ -192,6 +220,7 @@ async def _worker(options: argparse.Namespace) -> Reply:
         return Reply({"processes": options.processes, "exit_code": code},
                      [], ExitCode(code) if code in set(ExitCode) else ExitCode.ERROR)  # fmt: skip
     client = _worker_client(options)
+    served: endpoint.Endpoint | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -200,9 +229,12 @@ async def _worker(options: argparse.Namespace) -> Reply:
     try:
         if options.migrate:
             await client.migrate()
-        settings = {}
+        settings: dict[str, Any] = {}
         if options.global_max_workers is not None:
             settings["global_max_workers"] = options.global_max_workers
+        if options.metrics_port is not None:
+            settings["queue_metrics_interval"] = QUEUE_METRICS_INTERVAL_S
+            served = open_endpoint(options.metrics_host, options.metrics_port, client)
         await client.start(parse_queues(options.queue), **settings)
         worker = client.worker
         assert worker is not None
@@ -214,11 +246,26 @@ async def _worker(options: argparse.Namespace) -> Reply:
         log.info("stopping: running jobs get %.0fs to finish", options.shutdown_timeout)
         await client.shutdown(timeout=options.shutdown_timeout)
     finally:
+        if served is not None:
+            served.close()
         await client.close()
     if not worker.healthy:
         print(f"awa: the worker stopped unhealthy: {worker.unhealthy_reason}", file=sys.stderr)
         return Reply({"healthy": False, "reason": worker.unhealthy_reason}, [], ExitCode.ERROR)
     return Reply({"healthy": True, "reason": None}, [])
+
+
+def open_endpoint(host: str, port: int, client: AsyncClient) -> endpoint.Endpoint:
+    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` for ``client``'s
+    worker (starting until it has one); a port in use is a usage error."""
+    try:
+        served = endpoint.Endpoint(host, port, lambda: client.worker)
+    except OSError as error:
+        raise ConfigurationError(
+            f"--metrics-port: cannot listen on {host}:{port} ({error})"
+        ) from None
+    log.info("serving /metrics, /healthz and /readyz on http://%s:%d", host, served.port)
+    return served
 
 
 async def _worker_processes(options: argparse.Namespace) -> int:

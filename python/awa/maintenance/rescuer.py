@@ -45,7 +45,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from awa import _core
+from awa import _core, metrics
 from awa.db import Database
 from awa.errors import FollowUpError
 from awa.events import RescueReason
@@ -128,6 +128,7 @@ class Rescuer:
             )
             count = len(changed)
             rescued += count
+            metrics.add(metrics.JOB_RESCUED, count, reason=RescueReason.StaleHeartbeat.value)
             log.warning("rescued %d orphaned jobs (%s)", count, ", ".join(map(str, ids[:10])))
             if changed:
                 held_by = {row["id"]: row["worker_id"] for row in orphans}
@@ -185,6 +186,9 @@ class Rescuer:
         while True:
             changed = await self._db.fetch("jobs_deadlines_passed", RESCUE_BATCH_SIZE, floor)
             expired += len(changed)
+            metrics.add(
+                metrics.JOB_RESCUED, len(changed), reason=RescueReason.DeadlineExceeded.value
+            )
             if changed:
                 log.warning(
                     "%d jobs failed: their deadline passed (%s)",
@@ -229,6 +233,7 @@ class Rescuer:
             ids, leases, states, delays, _refunds, errors = decisions.take().params()
             changed = await self._db.fetch("jobs_rescue", ids, leases, states, delays, errors, why)
             expired += len(changed)
+            metrics.add(metrics.JOB_RESCUED, len(changed), reason=reason.value)
             if changed:
                 log.warning(
                     "%d jobs rescued: %s (%s)",

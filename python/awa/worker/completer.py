@@ -49,6 +49,7 @@ from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
+from awa.metrics import WorkerTally
 from awa.worker.outcome import SNOOZED, Outcome
 
 if TYPE_CHECKING:
@@ -145,6 +146,8 @@ class Completer:
         self._written = asyncio.Event()
         self._stopping = False
         self.flushes = 0
+        #: Where write sizes are counted (the pipeline's tally).
+        self.tally = WorkerTally()
         self.applied = 0
         self.stale = 0
         #: Why the latest write failed (None once one succeeded).
@@ -280,6 +283,7 @@ class Completer:
             self._written.set()
             self._written.clear()
             self.flushes += 1
+            self.tally.flushes.observe(len(flush))
             self.applied += applied
             self.stale += len(flush) - applied
             return

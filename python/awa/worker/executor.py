@@ -43,6 +43,7 @@ from awa.hooks import STARTED, Transition
 from awa.job import Job
 from awa.lifecycle import Lifecycle
 from awa.tasks import Task
+from awa.tracing import job_span, worker_tracer
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
@@ -89,6 +90,8 @@ class Executor:
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="awa-handler")
         self._shutting_down = False
         self.finished = 0
+        #: Where handler spans go (None: no tracer provider, no spans).
+        self._tracer = worker_tracer()
 
     def start(self, row: Any, plan_id: int) -> None:
         """Starts the handler for a row claimed by plan ``plan_id``, or keeps
@@ -239,13 +242,20 @@ class Executor:
             decided = outcome.of_error(error)
         else:
             decided = outcome.of_result(job, result, time.monotonic() - started)
+        handler_s = time.monotonic() - started
         self._completer.record(job, decided)
-        self._reporter.finished(job, decided)
-        self._finish(job, handler_s=time.monotonic() - started)
+        self._reporter.finished(job, decided, handler_s)
+        self._finish(job, handler_s=handler_s)
 
     async def _call_handler(
         self, job: RunningJob[Any], task_def: Task, budget_s: float | None
     ) -> Any:
+        if self._tracer is not None:
+            with job_span(self._tracer, job):
+                return await self._call(job, task_def, budget_s)
+        return await self._call(job, task_def, budget_s)
+
+    async def _call(self, job: RunningJob[Any], task_def: Task, budget_s: float | None) -> Any:
         if task_def.is_async:
             if budget_s is None:
                 return await task_def.handler(job)

@@ -18,6 +18,7 @@ from awa import _core
 from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
+from awa.metrics import WorkerTally
 from awa.worker.claims import ClaimSignal
 from awa.worker.completer import Completer
 from awa.worker.executor import Executor
@@ -56,7 +57,9 @@ class Pipeline:
         for queue, weight, min_workers in config.queue_shares:
             dispatcher.set_share(queue, weight, min_workers)
         claims = ClaimSignal(dispatcher)
-        reporter = Reporter()
+        tally = WorkerTally(dict(config.queues))
+        tally.running_of = dispatcher.running
+        reporter = Reporter(tally=tally)
         completer = Completer(
             db,
             lifecycle,
@@ -86,4 +89,5 @@ class Pipeline:
             },
             queue_timeouts=config.queue_timeouts,
         )
+        completer.tally = producer.tally = tally
         return cls(dispatcher, claims, completer, executor, producer, reporter)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 from awa import _core
 from awa._events import wait_for_event
 from awa.db import TRANSIENT_ERRORS, Database, release_quietly
+from awa.metrics import WorkerTally
 
 if TYPE_CHECKING:
     from awa.worker.claims import ClaimSignal
@@ -115,6 +116,8 @@ class Producer:
         #: Queues a limit held back, to be looked at again soon.
         self._rechecks: set[str] = set()
         self.claims = 0
+        #: Where claim sizes are counted (the pipeline's tally).
+        self.tally = WorkerTally()
         self.reconciled = 0
 
     def stop(self) -> None:
@@ -212,6 +215,7 @@ class Producer:
             )
             failed = False
             self.claims += 1
+            self.tally.claims.observe(len(rows))
             if any(row["id"] is None for row in rows):
                 rows = self._look_again_later(rows)
             if len(rows) > 1:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from awa.metrics import WorkerTally
+
 if TYPE_CHECKING:
     from awa.envelope import Undecodable
     from awa.worker.attempt import RunningJob
@@ -67,13 +69,16 @@ class _Tally:
 
 
 class Reporter:
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    def __init__(self, clock: Any = time.monotonic, tally: WorkerTally | None = None) -> None:
         self._clock = clock
+        #: The worker's counts for the metrics (awa.metrics).
+        self.tally = tally if tally is not None else WorkerTally()
         self._windows: dict[str, _KindWindow] = {}
         self._tally = _Tally()
         self._tally_since = clock()
 
     def started(self, job: RunningJob[Any]) -> None:
+        self.tally.started(job.queue, job.kind)
         queues = self._tally.queues
         tally = queues.get(job.queue)
         if tally is None:
@@ -93,7 +98,13 @@ class Reporter:
                 extra=job_fields(job),
             )  # fmt: skip
 
-    def finished(self, job: RunningJob[Any], outcome: Outcome) -> None:
+    def finished(
+        self, job: RunningJob[Any], outcome: Outcome, handler_s: float | None = None
+    ) -> None:
+        """One attempt's outcome; ``handler_s`` how long its handler ran."""
+        self.tally.finished(
+            job.queue, job.kind, outcome.code, job.attempt < job.max_attempts, handler_s
+        )
         self._tally.finished += 1
         if outcome.code in _FAILED_CODES:
             self._tally.failed += 1

@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
+from awa import metrics, otel
 from awa.config import WorkerConfig
 from awa.db import Database
 from awa.lifecycle import Lifecycle
@@ -46,6 +47,8 @@ from awa.worker.executor import JOB_TASK_PREFIX
 from awa.worker.heartbeat import Heartbeat, LoopWatch
 from awa.worker.notifier import Notifier
 from awa.worker.pipeline import Pipeline
+from awa.worker.queue_gauges import SERVICE as QUEUE_GAUGES
+from awa.worker.queue_gauges import QueueGaugeReader
 from awa.worker.queue_settings import VERB as QUEUE_SETTINGS_VERB
 from awa.worker.queue_settings import QueueSettingsWatcher
 from awa.worker.supervisor import Health, Supervisor
@@ -101,6 +104,9 @@ class Worker:
             self.db, self.lifecycle, config, worker_id, self.health
         )
         self.dispatcher = pipeline.dispatcher
+        #: This worker's counts for the metrics (awa.metrics).
+        self.tally = pipeline.reporter.tally
+        otel.instrument()  # no-op without OpenTelemetry, once per process
         self.completer = pipeline.completer
         self.executor = pipeline.executor
         self.producer = pipeline.producer
@@ -138,6 +144,11 @@ class Worker:
         for index in range(config.claim_concurrency):
             spawn(f"claimer-{index}", self.producer.claimer(index))
         spawn("reconciler", self.producer.reconciler)
+        if config.queue_metrics_interval is not None:
+            gauges = QueueGaugeReader(
+                self.db, self.tally, queue_names, config.queue_metrics_interval
+            )
+            spawn(QUEUE_GAUGES, gauges.run)
         self.heartbeat.start()
         self._started = True
         await self._say_where(worker_id, hostname, pid)
@@ -318,6 +329,7 @@ class Worker:
             await self.db.execute("workers_deregister", self.worker_id)
         except Exception as error:  # noqa: BLE001 - the rescuer cleans up after us
             log.warning("could not remove worker row %s (%s)", self.worker_id, error)
+        metrics.retire(self.tally)
         log.info(
             "worker %d stopped: %d jobs run in %d claims, %d outcomes written in %d writes, "
             "%d stale",

@@ -1058,3 +1058,35 @@ SELECT count(*) FROM (
       AND (state IN ('running', 'waiting_external', 'retryable')
            OR (state IN ('available', 'scheduled') AND (run_at <= now() OR attempt > 0)))
     LIMIT 100000) AS outstanding;
+
+-- name: jobs_queue_depths
+-- For the metrics: per queue of $1, the jobs due and waiting to be claimed
+-- (counted up to $2) and how long the oldest of them has waited past its
+-- run_at, in seconds. Reads each lane from its hint (docs/storage.md,
+-- Lanes), in the family its claims use (a fair queue's partition lanes,
+-- else its whole lanes): the jobs claims have passed are not read, so the
+-- cost follows the backlog, not the table. A job a rolled-back claim left
+-- behind a hint is missed until the sweep finds it; when the count reaches
+-- $2, the lag is that of the first $2 jobs read.
+SELECT q.queue, count(due.run_at)::bigint AS depth,
+       extract(epoch FROM now() - min(due.run_at))::float8 AS lag_s
+FROM unnest($1::text[]) AS q(queue)
+LEFT JOIN awa.queue_settings AS s ON s.queue = q.queue
+LEFT JOIN LATERAL (
+    SELECT j.run_at
+    FROM awa.lanes AS l
+    CROSS JOIN LATERAL (SELECT mv.hint_run_at, mv.hint_id
+                        FROM awa.lane_moves AS mv
+                        WHERE mv.lane_id = l.id
+                        ORDER BY mv.seq DESC LIMIT 1) AS newest
+    JOIN awa.jobs AS j
+      ON j.queue = l.queue AND j.priority = l.priority
+     AND (j.run_at, j.id) > (newest.hint_run_at, newest.hint_id)
+     AND (l.partition_key IS NULL OR j.partition_key IS NOT DISTINCT FROM nullif(l.partition_key, ''))
+    WHERE l.queue = q.queue
+      AND (l.partition_key IS NOT NULL) = coalesce(s.fair, false)
+      AND j.run_at <= now() AND j.state = 'available'
+    LIMIT $2::integer
+) AS due ON true
+GROUP BY q.queue
+ORDER BY q.queue;
