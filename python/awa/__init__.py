@@ -47,7 +47,7 @@ from awa.errors import (
 from awa.events import JobEvent, RescueReason
 from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
-from awa.health import HealthReport, LeaderHealth, WorkerHealth
+from awa.health import HealthReport, LeaderHealth, QueueLoad, WorkerHealth
 from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
 from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -97,6 +97,7 @@ __all__ = [
     "PeriodicNotFound",
     "QuarantinedFingerprint",
     "QueueConfig",
+    "QueueLoad",
     "QueueSummary",
     "RateClass",
     "RescueReason",

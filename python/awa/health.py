@@ -26,6 +26,21 @@ class RunningWorker(Protocol):
     @property
     def unhealthy_reason(self) -> str | None: ...
 
+    @property
+    def failing_services(self) -> tuple[str, ...]: ...
+
+    def queue_load(self) -> list[tuple[str, int, int]]: ...
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """One queue of this client's worker: the jobs it runs of it now, and
+    its slots (``max_workers``)."""
+
+    queue: str
+    running: int
+    capacity: int
+
 
 @dataclass(frozen=True)
 class WorkerHealth:
@@ -70,6 +85,11 @@ class HealthReport:
     leader: LeaderHealth | None
     #: This client's worker: ``None`` when it runs none.
     this_worker_healthy: bool | None
+    #: This client's worker's queues, in flight and capacity (empty without one).
+    queues: tuple[QueueLoad, ...] = ()
+    #: Services of this client's worker failing right now (each is retried
+    #: with backoff; one failing past ``unhealthy_after`` makes it unhealthy).
+    failing_services: tuple[str, ...] = ()
 
 
 async def check(db: Database, worker: RunningWorker | None, staleness_s: float) -> HealthReport:
@@ -89,10 +109,14 @@ async def check(db: Database, worker: RunningWorker | None, staleness_s: float) 
         row = await db.fetchrow("leaders_current", MAINTENANCE_ROLE)
         leader = None if row is None else _leader(row)
     this_worker_healthy = None
+    queues: tuple[QueueLoad, ...] = ()
+    failing: tuple[str, ...] = ()
     if worker is not None and worker.running:
         this_worker_healthy = worker.healthy
         if not worker.healthy:
             problems.append(f"this process's worker is unhealthy: {worker.unhealthy_reason}")
+        queues = tuple(QueueLoad(*load) for load in worker.queue_load())
+        failing = worker.failing_services
     return HealthReport(
         healthy=not problems,
         problems=tuple(problems),
@@ -102,6 +126,8 @@ async def check(db: Database, worker: RunningWorker | None, staleness_s: float) 
         workers=workers,
         leader=leader,
         this_worker_healthy=this_worker_healthy,
+        queues=queues,
+        failing_services=failing,
     )
 
 

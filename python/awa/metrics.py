@@ -68,8 +68,9 @@ class Instrument:
 _JOB_LABELS: Final = ("queue", "kind")
 
 INSTRUMENTS: Final[tuple[Instrument, ...]] = (
-    Instrument(JOB_INSERTED, "counter", "{job}", ("queue",),
-               "Jobs this process inserted (insert, insert_many, COPY)."),
+    Instrument(JOB_INSERTED, "counter", "{job}", (),
+               "Jobs this process wrote with insert, insert_many and COPY (those in a "
+               "caller's transaction that then rolled back included)."),
     Instrument(JOB_STARTED, "counter", "{job}", _JOB_LABELS,
                "Attempts whose handler started."),
     Instrument(JOB_COMPLETED, "counter", "{job}", _JOB_LABELS,
@@ -178,10 +179,15 @@ def value(name: str, **labels: str) -> int:
 
 
 def snapshot() -> list[tuple[str, Mapping[str, str], int]]:
-    """Every counter as ``(name, labels, total)``, sorted by name."""
-    with _lock:
-        items = sorted(_counters.items())
-    return [(name, dict(labels), int(total)) for (name, labels), total in items]
+    """Every counter as ``(name, labels, total)``, sorted by name (the
+    running workers' tallies included)."""
+    counters = {instrument.name for instrument in INSTRUMENTS if instrument.kind == "counter"}
+    return [
+        (reading.name, reading.labels, int(reading.value))
+        for reading in collect()
+        if isinstance(reading, Reading)
+        and (reading.name in counters or reading.name not in BY_NAME)
+    ]
 
 
 class _Histogram:
@@ -227,16 +233,15 @@ _COUNTER_SLOTS: Final = {
 _SLOT_OF_CODE: Final = {code: _COUNTER_SLOTS[name] for code, name in _OUTCOME_COUNTERS.items()}
 _STARTED_SLOT: Final = _COUNTER_SLOTS[JOB_STARTED]
 _FAILED_SLOT: Final = _COUNTER_SLOTS[JOB_FAILED]
+_RETRIED_SLOT: Final = _COUNTER_SLOTS[JOB_RETRIED]
 
 
-class _KindTally:
-    """One (queue, kind)'s counts and handler durations in one worker."""
-
-    __slots__ = ("counts", "durations")
-
-    def __init__(self) -> None:
-        self.counts = [0] * len(_COUNTER_SLOTS)
-        self.durations = _Histogram(DURATION_BOUNDS_S)
+# One (queue, kind)'s tally is one flat list (a job costs two index
+# increments, not attribute lookups): the counters by slot, then the
+# duration histogram's buckets, then the durations' sum.
+_DURATIONS_AT: Final = len(_COUNTER_SLOTS)
+_DURATIONS_SUM: Final = _DURATIONS_AT + len(DURATION_BOUNDS_S) + 1
+_TALLY_SIZE: Final = _DURATIONS_SUM + 1
 
 
 @dataclass(slots=True)
@@ -253,7 +258,7 @@ class WorkerTally:
     for why nothing here locks."""
 
     def __init__(self, capacity: Mapping[str, int] | None = None) -> None:
-        self._kinds: dict[tuple[str, str], _KindTally] = {}
+        self._kinds: dict[tuple[str, str], list[float]] = {}
         self.claims = _Histogram(BATCH_BOUNDS)
         self.flushes = _Histogram(BATCH_BOUNDS)
         self.capacity: dict[str, int] = dict(capacity or {})
@@ -262,35 +267,37 @@ class WorkerTally:
         self.running_of: Callable[[str], int] | None = None
         _live.add(self)
 
+    def _tally_of(self, queue: str, kind: str) -> list[float]:
+        tally = self._kinds[(queue, kind)] = [0] * _TALLY_SIZE
+        return tally
+
     def started(self, queue: str, kind: str) -> None:
-        tally = self._kinds.get((queue, kind))
-        if tally is None:
-            tally = self._kinds[(queue, kind)] = _KindTally()
-        tally.counts[_STARTED_SLOT] += 1
+        tally = self._kinds.get((queue, kind)) or self._tally_of(queue, kind)
+        tally[_STARTED_SLOT] += 1
 
     def finished(
         self, queue: str, kind: str, code: str, attempts_left: bool, duration_s: float | None
     ) -> None:
         """One attempt's outcome; ``duration_s`` None when it has none."""
-        tally = self._kinds.get((queue, kind))
-        if tally is None:
-            tally = self._kinds[(queue, kind)] = _KindTally()
+        tally = self._kinds.get((queue, kind)) or self._tally_of(queue, kind)
         slot = _SLOT_OF_CODE[code]
-        if code == "failed" and not attempts_left:
+        if slot == _RETRIED_SLOT and not attempts_left and code == "failed":
             slot = _FAILED_SLOT
-        tally.counts[slot] += 1
+        tally[slot] += 1
         if duration_s is not None:
-            tally.durations.observe(duration_s)
+            tally[_DURATIONS_AT + bisect.bisect_left(DURATION_BOUNDS_S, duration_s)] += 1
+            tally[_DURATIONS_SUM] += duration_s
 
     def readings(self) -> Iterable[Reading | HistogramReading]:
         for (queue, kind), tally in list(self._kinds.items()):
             labels = {"queue": queue, "kind": kind}
             for name, slot in _COUNTER_SLOTS.items():
-                yield Reading(name, labels, tally.counts[slot])
-            durations = tally.durations
+                yield Reading(name, labels, tally[slot])
             yield HistogramReading(
-                JOB_DURATION, labels, durations.bounds, list(durations.counts), durations.total
-            )
+                JOB_DURATION, labels, DURATION_BOUNDS_S,
+                [int(count) for count in tally[_DURATIONS_AT:_DURATIONS_SUM]],
+                tally[_DURATIONS_SUM],
+            )  # fmt: skip
         yield HistogramReading(
             CLAIM_BATCH_SIZE, {}, BATCH_BOUNDS, list(self.claims.counts), self.claims.total
         )

@@ -4,8 +4,9 @@
 prometheus-client's metric families at each scrape (nothing is counted
 twice, and nothing is counted here). Names are the OpenTelemetry names
 with dots as underscores and the unit as a suffix where it is seconds:
-``awa.job.duration`` is ``awa_job_duration_seconds``, and counters get
-prometheus-client's ``_total``. :func:`render` is the ``/metrics`` page:
+``awa.job.duration`` is ``awa_job_duration_seconds``, counters get
+prometheus-client's ``_total``, and label names lose their dots the same
+way (``awa.follow_up.result`` is ``awa_follow_up_result``). :func:`render` is the ``/metrics`` page:
 ``awa worker --metrics-port`` serves it, and an application that already
 runs a prometheus-client registry adds ``AwaCollector()`` to it.
 """
@@ -57,7 +58,7 @@ class AwaCollector(Collector):
 
 def _family(instrument: metrics.Instrument) -> Metric:
     name = prometheus_name(instrument)
-    labels = list(instrument.labels)
+    labels = [label.replace(".", "_") for label in instrument.labels]
     if instrument.kind == "counter":
         return CounterMetricFamily(name, instrument.description, labels=labels)
     if instrument.kind == "histogram":

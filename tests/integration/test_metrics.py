@@ -138,6 +138,10 @@ async def test_the_prometheus_page_has_every_outcome_and_the_duration_histogram(
     assert f'awa_queue_capacity{{queue="{queue}"}} 4.0' in page
     assert "# TYPE awa_claim_batch_size histogram" in page
     assert "# TYPE awa_flush_batch_size histogram" in page
+    # Label names lose their dots, as Prometheus requires.
+    metrics.add(metrics.STAGED_FOLLOW_UPS_COMMITTED, **{metrics.FOLLOW_UP_RESULT: "inserted"})
+    page = generate_latest(prometheus.registry()).decode()
+    assert 'awa_job_staged_follow_ups_committed_total{awa_follow_up_result="inserted"}' in page
 
 
 async def test_opentelemetry_reads_the_counters_and_gauges(client, conn):
@@ -201,6 +205,9 @@ async def test_the_endpoint_answers_health_and_readiness_through_the_worker_life
             return body if status == 200 and body["queues"]["m_endpoint"]["running"] == 1 else None
 
         body = await eventually(running_one)
+        report = await client.health_check()
+        assert report.queues == (awa.QueueLoad("m_endpoint", 1, 3),)
+        assert report.failing_services == ()
         assert body["status"] == "ok" and body["failing"] == {}
         assert body["queues"] == {"m_endpoint": {"running": 1, "capacity": 3}}
         assert body["worker_id"] == client.worker.worker_id

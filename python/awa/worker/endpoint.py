@@ -55,8 +55,8 @@ def health_page(worker: Worker | None, *, readiness: bool) -> tuple[HTTPStatus, 
         name: f"{type(error).__name__}: {error}" for name, error in worker.health.failing.items()
     }
     queues = {
-        name: {"running": worker.dispatcher.running(name), "capacity": slots}
-        for name, slots in worker.config.queues
+        name: {"running": running, "capacity": slots}
+        for name, running, slots in worker.queue_load()
     }
     body: dict[str, Any] = {"worker_id": worker.worker_id, "failing": failing, "queues": queues}
     if not worker.healthy:

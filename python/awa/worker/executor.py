@@ -222,7 +222,8 @@ class Executor:
         started = time.monotonic()
         try:
             try:
-                result = await self._call_handler(job, task_def, budget_s)
+                call = self._call_handler if self._tracer is None else self._call_traced
+                result = await call(job, task_def, budget_s)
             finally:
                 stage.seal()  # staging closes when the handler returns or raises
         except asyncio.CancelledError:
@@ -247,15 +248,16 @@ class Executor:
         self._reporter.finished(job, decided, handler_s)
         self._finish(job, handler_s=handler_s)
 
+    async def _call_traced(
+        self, job: RunningJob[Any], task_def: Task, budget_s: float | None
+    ) -> Any:
+        """The handler inside its span (a tracer provider is configured)."""
+        with job_span(self._tracer, job):
+            return await self._call_handler(job, task_def, budget_s)
+
     async def _call_handler(
         self, job: RunningJob[Any], task_def: Task, budget_s: float | None
     ) -> Any:
-        if self._tracer is not None:
-            with job_span(self._tracer, job):
-                return await self._call(job, task_def, budget_s)
-        return await self._call(job, task_def, budget_s)
-
-    async def _call(self, job: RunningJob[Any], task_def: Task, budget_s: float | None) -> Any:
         if task_def.is_async:
             if budget_s is None:
                 return await task_def.handler(job)

@@ -294,6 +294,15 @@ class Worker:
         """Which service failed, for how long, and why (``None`` while healthy)."""
         return self.health.reason
 
+    @property
+    def failing_services(self) -> tuple[str, ...]:
+        """Services failing right now (retried with backoff meanwhile)."""
+        return tuple(sorted(self.health.failing))
+
+    def queue_load(self) -> list[tuple[str, int, int]]:
+        """``(queue, jobs running here, slots)`` for each of its queues."""
+        return [(name, self.dispatcher.running(name), slots) for name, slots in self.config.queues]
+
     async def wait_until_unhealthy(self) -> str:
         """Returns (the reason) once the worker has become unhealthy."""
         await self._unhealthy.wait()
