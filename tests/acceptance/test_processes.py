@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from tests.faults import ReplyCutter
 from tests.integration.test_cli_json import VALIDATOR
 from tests.processes import (
     APP_KIND,
@@ -337,6 +338,39 @@ async def test_sigterm_during_a_restart_backoff_stops_at_once_and_starts_nothing
     assert "restarted as pid" not in err
     assert await ledger.fetchval("SELECT pid FROM awa.workers") in (None, workers[0]["pid"])
     assert gone(workers[1]["pid"])
+
+
+async def test_while_the_database_does_not_answer_no_child_is_judged_or_killed(
+    ledger, tmp_path, database_url
+):
+    cutter = ReplyCutter(database_url)
+    write_recording_app(tmp_path, await cutter.start())
+    process = await start_parent(tmp_path, timings=f"{QUICK_SUPERVISOR},staleness_s=1")
+    try:
+        workers = await registered_workers(ledger, 2)
+        await read_stderr_until(process, "is healthy")
+        await read_stderr_until(process, "is healthy")
+        # Longer than staleness and wedged_after_s: judged, both children
+        # would be killed as wedged; nobody can beat (or read the beats).
+        await cutter.cut(drop_after_s=5)
+
+        async def both_beat_again() -> bool:
+            rows = await ledger.fetch(
+                "SELECT pid FROM awa.workers WHERE heartbeat_at > now() - interval '1 second'"
+            )
+            return {row["pid"] for row in rows} == {worker["pid"] for worker in workers}
+
+        await eventually(both_beat_again, timeout=30)
+        judged = await read_stderr_until(process, "the database answers again")
+        process.send_signal(signal.SIGTERM)
+        code, err = await finish_cli(process)
+    finally:
+        await kill_if_running(process)
+        await cutter.close()
+    assert code == 0, err
+    assert "cannot read the worker processes' heartbeats" in judged, judged
+    assert "wedged" not in judged + err and "restart" not in judged + err
+    assert all(gone(worker["pid"]) for worker in workers)
 
 
 async def test_sigterm_while_the_children_start_still_stops_cleanly(ledger, tmp_path, database_url):

@@ -72,10 +72,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import asyncpg
+
 from awa.cli.output import ExitCode
 from awa.config import DEFAULT_HEARTBEAT_STALENESS_S
-from awa.connecting import connect_failure, open_pool
-from awa.db import Statement
+from awa.connecting import connect_failure
+from awa.db import Statement, terminate_quietly
 from awa.errors import ConfigurationError
 
 log = logging.getLogger("awa.processes")
@@ -245,40 +247,43 @@ class HeartbeatReader:
         # The URL may lead to a pooler in transaction mode: no prepared
         # statements, and the query in a transaction of its own (awa/db.py).
         self._workers_list = Statement("workers_list", pinned=True)
-        self._pool: Any = None
+        self._connection: Any = None
 
     async def alive_pids(self) -> set[int]:
         """The pids of this host's workers that beat lately; raises whatever
         keeps the database from answering within one health interval (a
         :class:`ConnectionFailed` naming the server, where it is about
-        connecting)."""
+        connecting). After a failure the connection is dropped without a
+        goodbye (a server that does not answer would not hear it) and the
+        next read opens another."""
+        connecting = self._connection is None
         try:
-            return await self._read()
-        except (OSError, TimeoutError) as error:
+            async with asyncio.timeout(self._timings.health_interval_s):
+                return await self._read()
+        except Exception as error:
+            terminate_quietly(self._connection)
+            self._connection = None
             failure = connect_failure(self._url, error, self._timings.health_interval_s)
-            raise (error if failure is None else failure) from error
+            if failure is None or not connecting:
+                raise
+            raise failure from error
 
     async def _read(self) -> set[int]:
-        async with asyncio.timeout(self._timings.health_interval_s):
-            if self._pool is None:
-                self._pool = await open_pool(
-                    self._url,
-                    connect_timeout=self._timings.health_interval_s,
-                    min_size=0,  # connects on first use, and again after a failure
-                    max_size=1,
-                    statement_cache_size=0,
-                )
-            async with self._pool.acquire() as connection:
-                rows = await self._workers_list.fetch(connection, self._timings.staleness_s)
+        if self._connection is None:
+            self._connection = await asyncpg.connect(
+                self._url, timeout=self._timings.health_interval_s, statement_cache_size=0
+            )
+        rows = await self._workers_list.fetch(self._connection, self._timings.staleness_s)
         return {row["pid"] for row in rows if row["alive"] and row["hostname"] == self._hostname}
 
     async def close(self) -> None:
-        if self._pool is None:
+        if self._connection is None:
             return
         try:
-            await asyncio.wait_for(self._pool.close(), self._timings.health_interval_s)
+            await asyncio.wait_for(self._connection.close(), self._timings.health_interval_s)
         except Exception:  # noqa: BLE001 - a goodbye that fails changes nothing
-            self._pool.terminate()
+            terminate_quietly(self._connection)
+        self._connection = None
 
 
 async def run_children(
@@ -424,7 +429,7 @@ class Supervisor:
         next child; ``None`` when the parent must give up (and stops it)."""
         ran_s = time.monotonic() - child.started_at
         code = child.process.returncode
-        why = " (killed as wedged)" if child.killed_as_wedged else ""
+        why = " (as wedged)" if child.killed_as_wedged else ""
         if code == EXIT_USAGE:
             self._give_up(
                 EXIT_USAGE,
@@ -487,7 +492,8 @@ class Supervisor:
             log.warning(
                 "cannot read the worker processes' heartbeats (%s: %s): their health is not "
                 "judged, and none is killed for it, until the database answers",
-                type(error).__name__, error or "no answer",
+                type(error).__name__,
+                str(error) or f"no answer within {self._timings.health_interval_s:g}s",
             )  # fmt: skip
             self._database_answers = False
         for slot in self._slots:
@@ -518,8 +524,8 @@ class Supervisor:
 
     def _kill_wedged(self, slot: Slot, how: str) -> None:
         log.error(
-            "worker process %d (pid %d) is wedged: it runs, but %s; killing it (SIGKILL) to "
-            "restart it, its jobs are rescued",
+            "worker process %d (pid %d) is wedged: it runs, but %s; killing it (SIGKILL) and "
+            "restarting it (its jobs are rescued)",
             slot.number, slot.child.pid, how,
         )  # fmt: skip
         slot.child.killed_as_wedged = True
