@@ -373,6 +373,20 @@ async def test_while_the_database_does_not_answer_no_child_is_judged_or_killed(
     assert all(gone(worker["pid"]) for worker in workers)
 
 
+async def test_a_bad_supervisor_timing_is_a_usage_error_before_any_child_starts(
+    ledger, tmp_path, database_url
+):
+    write_recording_app(tmp_path, database_url)
+    process = await start_parent(tmp_path, timings="crash_loop_limit=0")
+    try:
+        code, err = await finish_cli(process)
+    finally:
+        await kill_if_running(process)
+    assert code == 2, err
+    assert "AWA_SUPERVISOR_TIMINGS: crash_loop_limit must be a whole number above 0" in err
+    assert "started" not in err
+
+
 async def test_sigterm_while_the_children_start_still_stops_cleanly(ledger, tmp_path, database_url):
     write_recording_app(tmp_path, database_url)
     process = await start_parent(tmp_path, processes=3)

@@ -68,7 +68,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -336,7 +336,10 @@ class Supervisor:
         health_task: asyncio.Task[None] | None = None
         try:
             await self._start_all()
-            slot_tasks = [asyncio.create_task(self._keep(slot)) for slot in self._slots]
+            slot_tasks = [
+                self._loud(self._keep(slot), f"worker process {slot.number}'s restarts")
+                for slot in self._slots
+            ]
             if self._slots:
                 health_task = self._start_health_watch()
                 await self._stop.wait()
@@ -345,7 +348,7 @@ class Supervisor:
                 # once it has started: it is stopped below with the others).
                 if health_task is not None:
                     health_task.cancel()
-                await asyncio.gather(*slot_tasks)
+                await asyncio.gather(*slot_tasks, return_exceptions=True)  # _loud said them
                 await stop_children(self._running_children(), self._stop_timeout_s)
         finally:
             remove_handlers()
@@ -363,7 +366,24 @@ class Supervisor:
                 "judged (a wedged one is not restarted)"
             )
             return None
-        return asyncio.create_task(self._watch_health())
+        return self._loud(self._watch_health(), "the worker processes' health watch")
+
+    def _loud(self, work: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """``work`` as a task that, should it fail, stops everything with
+        status 1 and says why: nothing here may die quietly."""
+
+        def check(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                error = task.exception()
+                log.error("%s failed", what, exc_info=error)
+                self._give_up(
+                    EXIT_CHILD_FAILED,
+                    f"{what} failed ({type(error).__name__}: {error}); stopping them all",
+                )
+
+        task = asyncio.create_task(work)
+        task.add_done_callback(check)
+        return task
 
     async def _start_all(self) -> None:
         for number in range(1, self._count + 1):
@@ -391,6 +411,7 @@ class Supervisor:
             slot.last_exit = describe_exit(child.process.returncode)
             if child.asked_to_stop:
                 return
+            slot.healthy = False
             delay = self._after_unasked_exit(slot, child)
             if delay is None:
                 return
@@ -484,8 +505,9 @@ class Supervisor:
                 self._database_answers = True
             now = time.monotonic()
             for slot in self._slots:
-                if slot.child.running and not slot.child.asked_to_stop:
-                    self._judge(slot, slot.child.pid in alive, now)
+                child = slot.child
+                if child.running and not (child.asked_to_stop or child.killed_as_wedged):
+                    self._judge(slot, child.pid in alive, now)
 
     def _database_silent(self, error: BaseException) -> None:
         if self._database_answers:
