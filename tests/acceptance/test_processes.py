@@ -36,7 +36,7 @@ from tests.support import at_once, eventually
 #: heartbeats (the recording app's children beat every 0.1 s).
 QUICK_SUPERVISOR = (
     "backoff_initial_s=0.2,backoff_max_s=0.5,health_interval_s=0.2,staleness_s=2,"
-    "wedged_after_s=2,start_timeout_s=30"
+    "wedged_after_s=3,start_timeout_s=30"
 )
 
 
