@@ -40,8 +40,11 @@ Failure handling and the parent's exit status:
   restarted earlier do not make it fail.
 - 1 (:data:`EXIT_CHILD_FAILED`): a crash loop, a slot whose child failed
   :data:`CRASH_LOOP_LIMIT` times in a row without ever being seen healthy
-  (the others are stopped gracefully; the slot and its last exit are
-  named); or a child that did not stop cleanly when asked.
+  (where health is not judged, for want of a database URL: without running
+  :data:`STABLE_AFTER_S`); the others are stopped gracefully, the slot and
+  its last exit are named. Or a child that did not stop cleanly when
+  asked. Or the supervisor's own tasks (a slot's restarts, the health
+  watch) failed: nothing here dies quietly.
 - 2 (``ExitCode.USAGE``): a child exited with status 2, a usage error that
   no restart can mend; the others are stopped gracefully.
 
