@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from tests.faults import ReplyCutter
 from tests.integration.test_cli_json import VALIDATOR
@@ -264,19 +265,20 @@ async def test_four_processes_survive_kill_9_of_a_child_and_sigterm_stops_them_a
     assert all(gone(pid) for pid in [*(worker["pid"] for worker in workers), new["pid"]])
 
 
+@pytest.mark.parametrize("status", ["3", "0"])  # even a clean exit was not asked for
 async def test_a_child_that_keeps_dying_at_start_stops_the_parent_with_status_1_naming_it(
-    ledger, tmp_path, database_url
+    ledger, tmp_path, database_url, status
 ):
     write_recording_app(tmp_path, database_url)
     timings = f"{QUICK_SUPERVISOR},backoff_initial_s=0.05,backoff_max_s=0.1,crash_loop_limit=3"
-    process = await start_parent(tmp_path, timings=timings, env={DIE_AT_START_ENV: "3"})
+    process = await start_parent(tmp_path, timings=timings, env={DIE_AT_START_ENV: status})
     try:
         code, err = await finish_cli(process)
     finally:
         await kill_if_running(process)
     assert code == 1, err
     assert "failed 3 times in a row without becoming healthy" in err, err
-    assert "exited with status 3" in err
+    assert f"exited with status {status}" in err
     assert "restarting it in" in err
     assert await ledger.fetchval("SELECT count(*) FROM awa.workers") == 0
 

@@ -1,7 +1,10 @@
-"""awa.worker.processes without processes: the supervisor's timings (and
-their override, AWA_SUPERVISOR_TIMINGS) and its restart backoff."""
+"""awa.worker.processes without a database: the supervisor's timings (and
+their override, AWA_SUPERVISOR_TIMINGS), its restart backoff, and children
+whose health it cannot judge."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -12,6 +15,7 @@ from awa.worker.processes import (
     Timings,
     backoff_s,
     describe_exit,
+    run_children,
 )
 
 
@@ -64,3 +68,16 @@ def test_an_exit_is_described_by_its_status_or_its_signal():
     assert describe_exit(3) == "exited with status 3"
     assert describe_exit(-9) == "was killed by SIGKILL"
     assert describe_exit(None) == "is still running"
+
+
+async def test_without_a_database_url_a_child_that_keeps_dying_is_still_a_crash_loop(caplog):
+    quick = Timings(backoff_initial_s=0.01, backoff_max_s=0.02, crash_loop_limit=3)
+    result = await run_children(
+        [sys.executable, "-c", "raise SystemExit(3)"], 2, stop_timeout_s=5, timings=quick
+    )
+    assert result.exit_code == 1
+    assert "health is not judged" in caplog.text
+    assert "a crash loop" in caplog.text
+    assert max(child.restarts for child in result.children) == 2
+    assert "exited with status 3" in {child.last_exit for child in result.children}
+    assert all(child.healthy is not True for child in result.children)
