@@ -94,9 +94,15 @@ APP_QUEUE = "procs"
 APP_KIND = "proc_job"
 
 
+#: Set in a worker process's environment, the recording app's ``start``
+#: exits at once with this status (a child that dies at start, every time).
+DIE_AT_START_ENV = "AWA_TEST_DIE_AT_START"
+
+
 def write_recording_app(directory: Path, url: str) -> None:
     """An app whose handler records each run (job, lease, the process's pid)
-    in ``test_runs`` and then sleeps for the job's ``sleep`` argument."""
+    in ``test_runs`` and then sleeps for the job's ``sleep`` argument; its
+    worker dies at start when :data:`DIE_AT_START_ENV` is set."""
     (directory / "procs_app.py").write_text(
         textwrap.dedent(f"""
         import asyncio
@@ -110,7 +116,15 @@ def write_recording_app(directory: Path, url: str) -> None:
         URL = {url!r}
         client = awa.AsyncClient(URL)
         # What the CLI's start() uses: quick maintenance.
-        client.start = functools.partial(client.start, **FAST_WORKER)
+        _start = functools.partial(client.start, **FAST_WORKER)
+
+        async def start(*args, **kwargs):
+            status = os.environ.get({DIE_AT_START_ENV!r})
+            if status:
+                os._exit(int(status))
+            return await _start(*args, **kwargs)
+
+        client.start = start
         _recorder = []
         _lock = asyncio.Lock()
 

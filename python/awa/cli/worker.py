@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Final
 
@@ -172,8 +173,10 @@ def at_least_one(text: str) -> int:
 def child_command(argv: Sequence[str]) -> list[str]:
     """The command each child of ``--processes N`` runs: this one, as a
     single worker process that does not migrate (argparse keeps the last
-    value of an option given twice)."""
-    return [sys.executable, "-m", "awa", *argv, "--processes", "1", "--no-migrate"]
+    value of an option given twice) and prints no envelope of its own (with
+    ``--json`` the parent prints the one that reports them all)."""
+    own = [arg for arg in argv if arg != "--json"]
+    return [sys.executable, "-m", "awa", *own, "--processes", "1", "--no-migrate"]
 
 
 QUEUE_SPEC: Final = "NAME=MAX_WORKERS[,weight=W][,min_workers=M]"
@@ -216,9 +219,14 @@ def _worker_client(options: argparse.Namespace) -> AsyncClient:
 
 async def _worker(options: argparse.Namespace) -> Reply:
     if options.processes > 1:
-        code = await _worker_processes(options)
-        return Reply({"processes": options.processes, "exit_code": code},
-                     [], ExitCode(code) if code in set(ExitCode) else ExitCode.ERROR)  # fmt: skip
+        result = await _worker_processes(options)
+        code = result.exit_code
+        data = {
+            "processes": options.processes,
+            "exit_code": code,
+            "children": [dataclasses.asdict(child) for child in result.children],
+        }
+        return Reply(data, [], ExitCode(code) if code in set(ExitCode) else ExitCode.ERROR)
     client = _worker_client(options)
     served: endpoint.Endpoint | None = None
     stop = asyncio.Event()
@@ -268,17 +276,32 @@ def open_endpoint(host: str, port: int, client: AsyncClient) -> endpoint.Endpoin
     return served
 
 
-async def _worker_processes(options: argparse.Namespace) -> int:
-    """``--processes N``: checks the app here (one error rather than N),
-    migrates once if asked, then runs N children (awa.worker.processes)."""
+async def _worker_processes(options: argparse.Namespace) -> processes.SupervisorResult:
+    """``--processes N``: checks the app and the supervisor's timings here
+    (one error rather than N), migrates once if asked, then supervises N
+    children (awa.worker.processes), reading their heartbeats where the
+    app's client connects."""
+    timings = processes.Timings.from_environment()
     client = _worker_client(options)
     try:
         if options.migrate:
             await client.migrate()
+        database_url = client.database_url
     finally:
         await client.close()
     return await processes.run_children(
         child_command(options.argv),
         options.processes,
         stop_timeout_s=options.shutdown_timeout + CHILD_STOP_MARGIN_S,
+        timings=timings,
+        database_url=database_url,
+        slot_arguments=_metrics_port_of_slot(options.metrics_port),
     )
+
+
+def _metrics_port_of_slot(port: int | None) -> Callable[[int], list[str]] | None:
+    """``--processes N --metrics-port P``: child i serves P+i-1 (any free
+    port each with P = 0); argparse keeps the last value given."""
+    if port is None:
+        return None
+    return lambda slot: ["--metrics-port", str(port + slot - 1 if port else 0)]
