@@ -615,7 +615,9 @@ class AsyncClient:
         )
 
     async def queue_stats(
-        self, *, window: float | datetime.timedelta = queues.DEFAULT_STATS_WINDOW_S,
+        self,
+        *,
+        window: float | datetime.timedelta = queues.DEFAULT_STATS_WINDOW_S,
         queue: str | None = None,
     ) -> list[queues.QueueStats]:
         """Per queue (or only ``queue``): its jobs by state, the jobs completed

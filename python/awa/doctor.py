@@ -33,9 +33,9 @@ from awa.db import Database, Record, release_quietly, session_changed
 from awa.migrations import pending
 
 Status = Literal["ok", "warn", "fail"]
-OK: Final = "ok"
-WARN: Final = "warn"
-FAIL: Final = "fail"
+OK: Final[Status] = "ok"
+WARN: Final[Status] = "warn"
+FAIL: Final[Status] = "fail"
 _SEVERITY: Final = {OK: 0, WARN: 1, FAIL: 2}
 
 #: The awa tables every claim, outcome or heartbeat writes: the ones whose
@@ -216,7 +216,7 @@ async def _schema(db: Database) -> DoctorCheck:
 
 
 async def _autovacuum(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
-    server = await db.fetchrow("diagnostics_server")
+    server = await _row(db, "diagnostics_server")
     tables = await db.fetch("diagnostics_tables", list(HOT_TABLES))
     disabled = [row["name"] for row in tables if not row["autovacuum_enabled"]]
     stale = [row["name"] for row in tables if _vacuum_is_stale(row, thresholds)]
@@ -293,9 +293,8 @@ async def _dead_tuples(db: Database, thresholds: DoctorThresholds) -> DoctorChec
 
 async def _horizon(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
     rows = await db.fetch("diagnostics_horizon_holders")
-    visible = [row for row in rows if not row["hidden"]]
-    hidden = len(rows) - len(visible)
-    details: dict[str, Any] = {"holders": [_holder(row) for row in visible]}
+    hidden = sum(1 for row in rows if row["hidden"])
+    details: dict[str, Any] = {"holders": [_holder(row) for row in rows]}
     if hidden:
         details["hidden_sessions"] = hidden
         details["other_roles"] = NEEDS_READ_ALL_STATS
@@ -307,9 +306,9 @@ async def _horizon(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
                     thresholds.horizon_fail_xacts),
         )  # fmt: skip
 
-    graded = [(grade(row), row) for row in visible]
+    graded = [(grade(row), row) for row in rows]
     status = _worst(*(found for found, _ in graded))
-    oldest = visible[0] if visible else None
+    oldest = rows[0] if rows else None
     if status == OK:
         message = "nothing holds the MVCC horizon back for long"
         if oldest is not None:
@@ -322,7 +321,9 @@ async def _horizon(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
             "pg_drop_replication_slot, ROLLBACK PREPARED)"
         )
     if hidden:
-        message += f"; {hidden} sessions of other roles: {NEEDS_READ_ALL_STATS}"
+        message += (
+            f"; since when {hidden} sessions of other roles hold it is {NEEDS_READ_ALL_STATS}"
+        )
         status = _worst(status, WARN)
     return DoctorCheck("mvcc_horizon", status, message, details)
 
@@ -337,6 +338,7 @@ def _holder(row: Record) -> dict[str, Any]:
         "backend_type": row["backend_type"],
         "age_xacts": row["age_xacts"],
         "age_s": _rounded(row["age_s"]),
+        "age_s_known": not row["hidden"] and row["age_s"] is not None,
     }
 
 
@@ -482,11 +484,11 @@ async def _pooler(db: Database) -> DoctorCheck:
     token = uuid.uuid4().hex
     async with db.pool.acquire() as first:
         session_changed(first)  # the pool's reset (RESET ALL) clears the mark
-        marked = await db.fetchrow("diagnostics_session_mark", token, connection=first)
+        marked = await _row(db, "diagnostics_session_mark", token, connection=first)
         async with db.pool.acquire() as second:
-            other = await db.fetchrow("diagnostics_session_read", connection=second)
-        again = await db.fetchrow("diagnostics_session_read", connection=first)
-        server = await db.fetchrow("diagnostics_server_address", connection=first)
+            other = await _row(db, "diagnostics_session_read", connection=second)
+        again = await _row(db, "diagnostics_session_read", connection=first)
+        server = await _row(db, "diagnostics_server_address", connection=first)
     shared = other["pid"] == marked["pid"] or other["mark"] == token
     lost = again["pid"] != marked["pid"] or again["mark"] != token
     connected_port = _connected_port(db)
@@ -577,6 +579,13 @@ async def _clock(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
             ": run_at and deadlines given from here land early or late; sync both clocks (NTP)"
         )
     return DoctorCheck("clock_skew", status, message, details)
+
+
+async def _row(db: Database, name: str, *args: Any, connection: Any = None) -> Record:
+    """The one row of a catalog query that always returns one (no FROM)."""
+    row = await db.fetchrow(name, *args, connection=connection)
+    assert row is not None, name
+    return row
 
 
 def _iso(moment: Any) -> str | None:

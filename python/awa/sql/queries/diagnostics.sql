@@ -34,26 +34,21 @@ ORDER BY c.relname;
 
 -- name: diagnostics_horizon_holders
 -- Everything that holds this database's MVCC horizon back, oldest first:
--- sessions with a snapshot (pg_stat_activity.backend_xmin; other roles'
--- are hidden without pg_read_all_stats: `hidden` marks them), replication
--- slots (xmin, catalog_xmin) and prepared transactions. Its age in
--- transactions, and in seconds where the catalog says since when (a slot
--- does not). This connection's own session is left out.
+-- sessions with a snapshot (pg_stat_activity.backend_xmin, which every
+-- role sees; since when, xact_start, is hidden for other roles' sessions
+-- without pg_read_all_stats: `hidden` marks those), replication slots
+-- (xmin, catalog_xmin) and prepared transactions. Its age in transactions,
+-- and in seconds where the catalog says since when (a slot does not). This
+-- connection's own session is left out.
 WITH holders AS (
     SELECT 'session' AS kind, a.pid::text AS holder, a.usename::text AS role,
            a.application_name AS application, a.state, a.backend_type,
            age(a.backend_xmin)::bigint AS age_xacts,
            extract(epoch FROM now() - a.xact_start)::float8 AS age_s,
-           false AS hidden
+           a.query = '<insufficient privilege>' AS hidden
     FROM pg_stat_activity AS a
     WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
       AND (a.datname = current_database() OR a.datname IS NULL)
-    UNION ALL
-    SELECT 'session', a.pid::text, a.usename::text, a.application_name, NULL, a.backend_type,
-           NULL, NULL, true
-    FROM pg_stat_activity AS a
-    WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-      AND a.query = '<insufficient privilege>'
     UNION ALL
     SELECT 'replication slot', r.slot_name::text, NULL, r.plugin::text, NULL,
            r.slot_type::text,
@@ -69,7 +64,7 @@ WITH holders AS (
 )
 SELECT kind, holder, role, application, state, backend_type, age_xacts, age_s, hidden
 FROM holders
-ORDER BY hidden, age_xacts DESC NULLS LAST, age_s DESC NULLS LAST;
+ORDER BY age_xacts DESC NULLS LAST, age_s DESC NULLS LAST;
 
 -- name: diagnostics_transactions
 -- This database's client sessions in a transaction, longest first, but
