@@ -397,7 +397,12 @@ async def stats(db: Database, window: Any, queue: str | None) -> list[QueueStats
         check_queue(queue)
     await db.require_schema()
     rows: dict[str, list[Any]] = {}
-    for row in await db.fetch("jobs_queue_stats", window_s, queue):
+    found = (
+        await db.fetch("jobs_queue_stats", window_s)
+        if queue is None
+        else await db.fetch("jobs_queue_stats_of_queue", window_s, queue)
+    )
+    for row in found:
         rows.setdefault(row["queue"], []).append(row)
     if queue is not None and queue not in rows:
         rows[queue] = []
