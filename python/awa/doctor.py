@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -444,7 +444,8 @@ async def _listen(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
             session_changed(connection)  # the pool's reset UNLISTENs it
         await connection.add_listener(channel, on_notification)
         started = time.perf_counter()
-        await db.execute("diagnostics_notify", channel, payload)
+        async with _another_connection(db) as notifier:
+            await db.execute("diagnostics_notify", channel, payload, connection=notifier)
         try:
             arrived = await asyncio.wait_for(heard, thresholds.listen_timeout_s)
         except TimeoutError:
@@ -485,7 +486,7 @@ async def _pooler(db: Database) -> DoctorCheck:
     async with db.pool.acquire() as first:
         session_changed(first)  # the pool's reset (RESET ALL) clears the mark
         marked = await _row(db, "diagnostics_session_mark", token, connection=first)
-        async with db.pool.acquire() as second:
+        async with _another_connection(db) as second:
             other = await _row(db, "diagnostics_session_read", connection=second)
         again = await _row(db, "diagnostics_session_read", connection=first)
         server = await _row(db, "diagnostics_server_address", connection=first)
@@ -536,6 +537,21 @@ async def _pooler(db: Database) -> DoctorCheck:
             details,
         )  # fmt: skip
     return DoctorCheck("pooler", OK, "no pooler detected: the session survives", details)
+
+
+@contextlib.asynccontextmanager
+async def _another_connection(db: Database) -> AsyncIterator[Any]:
+    """A connection besides the one a probe holds: a pooled one, or, from a
+    pool of one connection (which would wait for ever), one of its own."""
+    if db.pool.get_max_size() > 1 or not db.can_connect:
+        async with db.pool.acquire() as pooled:
+            yield pooled
+        return
+    own = await db.connect()
+    try:
+        yield own
+    finally:
+        await own.close()
 
 
 def _connected_port(db: Database) -> int | None:

@@ -10,6 +10,7 @@ import pytest
 
 import awa
 from awa import sql
+from awa.embedded import EmbeddedPostgres
 from tests.faults import revoked
 from tests.integration.test_cli import run_awa
 from tests.integration.test_cli_json import awa_json
@@ -69,6 +70,46 @@ async def test_an_open_snapshot_pins_the_horizon_and_is_a_long_idle_transaction(
     assert report.ok is False
     # With the default thresholds the same session is young: nothing to say.
     assert (await client.doctor()).check("long_transactions").status == "ok"
+
+
+@pytest.fixture
+def slot_server():
+    """A server of the test's own that allows prepared transactions and
+    logical replication slots (the suite's does not), migrated."""
+    server = EmbeddedPostgres(
+        durable=False, settings=("max_prepared_transactions=4", "wal_level=logical")
+    )
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+async def test_a_replication_slot_and_a_prepared_transaction_are_named_holders(slot_server):
+    admin = await asyncpg.connect(slot_server)
+    try:
+        await admin.execute(
+            "SELECT pg_create_logical_replication_slot('awa_doctor_slot', 'pgoutput')"
+        )
+        await admin.execute("CREATE TABLE touched (n int)")
+        await admin.execute(
+            "BEGIN; INSERT INTO touched VALUES (1); PREPARE TRANSACTION 'awa_doctor_gid'"
+        )
+        async with awa.AsyncClient(slot_server) as fresh:
+            await fresh.migrate()
+            report = await fresh.doctor(awa.DoctorThresholds(horizon_warn_xacts=0))
+        horizon = report.check("mvcc_horizon")
+        holders = {(h["kind"], h["holder"]): h for h in horizon.details["holders"]}
+        slot = holders[("replication slot", "awa_doctor_slot")]
+        prepared = holders[("prepared transaction", "awa_doctor_gid")]
+        assert (slot["age_s"], slot["age_s_known"]) == (None, False)  # a slot keeps no time
+        assert prepared["age_s"] >= 0 and prepared["age_xacts"] >= 1
+        assert horizon.status == "warn"
+    finally:
+        await admin.execute("ROLLBACK PREPARED 'awa_doctor_gid'")
+        await admin.execute("SELECT pg_drop_replication_slot('awa_doctor_slot')")
+        await admin.close()
 
 
 async def test_a_pending_migration_fails_the_schema_check_and_says_to_migrate(fresh_database):
@@ -192,6 +233,24 @@ async def test_behind_pgbouncer_in_transaction_mode(database_url, start_pgbounce
         report = await listening_direct.doctor()
     assert report.check("listen").status == "ok"
     assert report.ok is True
+    code, out, _ = await run_awa(
+        "doctor", "--pooler", "transaction", "--listen-url", database_url,
+        "--database-url", bouncer.url,
+    )  # fmt: skip
+    assert code == 0
+    assert "OK    pooler: a pooler in transaction mode, and this client is configured" in out
+
+
+async def test_a_pool_of_one_connection_is_enough(database_url):
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        async with awa.AsyncClient(pool=pool) as small:
+            report = await small.doctor()
+    finally:
+        await pool.close()
+    assert report.ok is True
+    assert report.check("listen").status == "ok"
+    assert report.check("pooler").details["mode"] == "none-detected"
 
 
 async def test_a_client_not_told_of_a_transaction_pooler_fails(database_url, start_pgbouncer):
