@@ -432,7 +432,7 @@ async def _listen(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
     channel = f"awa_doctor_{uuid.uuid4().hex}"
     payload = uuid.uuid4().hex
     heard: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-    started = time.perf_counter()
+    arrived: float | None
 
     def on_notification(_connection: Any, _pid: int, _channel: str, message: str) -> None:
         if message == payload and not heard.done():
@@ -443,28 +443,31 @@ async def _listen(db: Database, thresholds: DoctorThresholds) -> DoctorCheck:
         if pooled:
             session_changed(connection)  # the pool's reset UNLISTENs it
         await connection.add_listener(channel, on_notification)
-        started = time.perf_counter()
-        async with _another_connection(db) as notifier:
-            await db.execute("diagnostics_notify", channel, payload, connection=notifier)
         try:
+            started = time.perf_counter()
+            async with _another_connection(db) as notifier:
+                await db.execute("diagnostics_notify", channel, payload, connection=notifier)
             arrived = await asyncio.wait_for(heard, thresholds.listen_timeout_s)
         except TimeoutError:
-            return DoctorCheck(
-                "listen", FAIL,
-                f"a NOTIFY did not come back to the LISTEN within "
-                f"{thresholds.listen_timeout_s:g} s: workers wake only at the poll interval "
-                "(behind a pooler in transaction mode use pooler='transaction' with listen_url, "
-                "a direct URL)",
-                {"tried": True, "via": via, "round_trip_ms": None},
-            )  # fmt: skip
-        with contextlib.suppress(Exception):
-            await connection.remove_listener(channel, on_notification)
+            arrived = None
+        finally:
+            with contextlib.suppress(Exception):
+                await connection.remove_listener(channel, on_notification)
     finally:
         if pooled:
             await release_quietly(db.pool, connection)
         else:
             with contextlib.suppress(Exception):
                 await connection.close()
+    if arrived is None:
+        return DoctorCheck(
+            "listen", FAIL,
+            f"a NOTIFY did not come back to the LISTEN within "
+            f"{thresholds.listen_timeout_s:g} s: workers wake only at the poll interval "
+            "(behind a pooler in transaction mode use pooler='transaction' with listen_url, "
+            "a direct URL)",
+            {"tried": True, "via": via, "round_trip_ms": None},
+        )  # fmt: skip
     round_trip_ms = (arrived - started) * 1000
     return DoctorCheck(
         "listen", OK, f"a NOTIFY came back to the LISTEN in {round_trip_ms:.1f} ms",
@@ -513,7 +516,8 @@ async def _pooler(db: Database) -> DoctorCheck:
             "pooler", FAIL,
             "a pooler in transaction mode (the session did not survive between transactions), "
             "but this client expects a session of its own: pass pooler='transaction' and "
-            "listen_url (a direct URL) to AsyncClient (docs/operations.md)",
+            "listen_url (a direct URL) to AsyncClient, --pooler transaction and --listen-url "
+            "to awa doctor (docs/operations.md)",
             details,
         )  # fmt: skip
     between = (
