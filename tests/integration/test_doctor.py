@@ -177,6 +177,11 @@ async def test_dead_tuples_of_the_jobs_table_warn_then_fail(client, conn):
         assert failed is not None and failed.status == "fail"
         # Too few dead tuples to judge with the default thresholds.
         assert (await client.doctor()).check("dead_tuples").status == "ok"
+        # Never vacuumed, with as many dead tuples as the threshold.
+        stale = (
+            await client.doctor(awa.DoctorThresholds(stale_vacuum_s=0, many_dead_tuples=100))
+        ).check("autovacuum")
+        assert "awa.jobs not vacuumed for over 0 s with at least 100 dead tuples" in stale.message
     finally:
         await conn.execute("ALTER TABLE awa.jobs RESET (autovacuum_enabled)")
 
