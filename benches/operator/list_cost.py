@@ -2,7 +2,8 @@
 """What the operator's questions cost on a big table: ``--jobs`` jobs (a
 million by default) in a fresh scratch database, then each listing the CLI
 and the client answer (``jobs list`` unfiltered and by each filter, the
-dead letters, ``queues list``) timed end to end from this process,
+dead letters, ``queues list``, ``queues stats`` for every queue and for
+the rare one) timed end to end from this process,
 ``--rounds`` times each; medians in milliseconds.
 
 The table: 90 % completed, 5 % failed (dead letters), 4 % available, 1 %
@@ -60,6 +61,8 @@ def questions(client: awa.AsyncClient) -> dict[str, Callable[[], Awaitable[Any]]
         "dlq list": lambda: client.list_dlq(limit=50),
         "dlq list --queue rare": lambda: client.list_dlq(queue="rare", limit=50),
         "queues list": client.list_queues,
+        "queues stats": client.queue_stats,
+        "queues stats --queue rare": lambda: client.queue_stats(queue="rare"),
     }
 
 

@@ -23,6 +23,7 @@ from awa.client import (
 )
 from awa.config import WorkerConfig
 from awa.dead_letters import DeadLetter, DeadLetterReason
+from awa.doctor import DoctorCheck, DoctorReport, DoctorThresholds
 from awa.envelope import UndecodableReason
 from awa.errors import (
     ArgsNotDecodable,
@@ -53,7 +54,7 @@ from awa.job import Job, JobState
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
-from awa.queues import QueueConfig, QueueSummary, RateClass
+from awa.queues import QueueConfig, QueueStats, QueueSummary, RateClass
 from awa.tasks import derive_kind
 from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
@@ -81,6 +82,9 @@ __all__ = [
     "DeadLetter",
     "DeadLetterReason",
     "DefaultAction",
+    "DoctorCheck",
+    "DoctorReport",
+    "DoctorThresholds",
     "EnqueueRequest",
     "ExplainReason",
     "Explanation",
@@ -98,6 +102,7 @@ __all__ = [
     "QuarantinedFingerprint",
     "QueueConfig",
     "QueueLoad",
+    "QueueStats",
     "QueueSummary",
     "RateClass",
     "RescueReason",

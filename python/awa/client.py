@@ -25,6 +25,7 @@ from awa import (
     queues,
     undecodable,
 )
+from awa import doctor as doctoring
 from awa import explain as explaining
 from awa import periodic as periodic_jobs
 from awa.config import (
@@ -598,6 +599,34 @@ class AsyncClient:
             DEFAULT_HEARTBEAT_STALENESS_S if worker is None else worker.config.heartbeat_staleness
         )
         return await health.check(await self._database(), worker, staleness_s)
+
+    async def doctor(
+        self, thresholds: doctoring.DoctorThresholds | None = None
+    ) -> doctoring.DoctorReport:
+        """Whether the database can serve awa well: the schema, autovacuum and
+        dead tuples, what pins the MVCC horizon, long transactions, a LISTEN
+        round trip, a pooler in transaction mode and clock skew. An
+        :class:`awa.DoctorReport` of :class:`awa.DoctorCheck` (``ok``,
+        ``warn`` or ``fail`` each); ``.ok`` when none fails. ``thresholds``
+        (:class:`awa.DoctorThresholds`) overrides the limits
+        (docs/operations.md). Works for a role without ``pg_read_all_stats``
+        (what it hides is reported as unknown)."""
+        return await doctoring.examine(
+            await self._database(), thresholds or doctoring.DoctorThresholds()
+        )
+
+    async def queue_stats(
+        self,
+        *,
+        window: float | datetime.timedelta = queues.DEFAULT_STATS_WINDOW_S,
+        queue: str | None = None,
+    ) -> list[queues.QueueStats]:
+        """Per queue (or only ``queue``): its jobs by state, the jobs completed
+        and failed for good in the last ``window`` (seconds or a timedelta;
+        default 5 minutes), as throughput per minute and failure rate, the
+        age of the oldest due job (lag) and how many run now. Reads the whole
+        jobs table (one queue: its rows): for operators, not a hot loop."""
+        return await queues.stats(await self._database(), window, queue)
 
     async def pending_migrations(self) -> list[tuple[int, str]]:
         """The migrations :meth:`migrate` would apply now, as ``(version,

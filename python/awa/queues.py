@@ -27,6 +27,7 @@ from typing import Any, Final, TypeAlias
 from awa._core import check_queue_name
 from awa.db import Database
 from awa.errors import ValidationError, check_text
+from awa.job import JobState
 
 
 @dataclass(frozen=True)
@@ -339,4 +340,95 @@ def _config(row: Any) -> QueueConfig:
         rate_limit=None if row["rate_per_s"] is None else (row["rate_per_s"], row["rate_burst"]),
         fair=row["fair"],
         max_workers_per_partition=row["max_workers_per_partition"],
+    )
+
+
+#: ``queue_stats``'s window when not told (seconds): five minutes.
+DEFAULT_STATS_WINDOW_S: Final = 300.0
+#: The longest window accepted (seconds): thirty days.
+MAX_STATS_WINDOW_S: Final = 30 * 86_400.0
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """How a queue is doing (``queue_stats``): its jobs by state, what
+    finished in the window, how far behind it is and what runs now."""
+
+    queue: str
+    #: The window the rates are over, in seconds.
+    window_s: float
+    #: Jobs in each state (every state, zeros included).
+    counts: dict[JobState, int]
+    #: Jobs completed in the window.
+    completed: int
+    #: Jobs failed for good (dead letters) in the window; attempts that were
+    #: retried are not failures here.
+    failed: int
+    #: Completed jobs a minute, over the window.
+    throughput_per_min: float
+    #: ``failed / (completed + failed)`` in the window (``None``: none finished).
+    failure_rate: float | None
+    #: Seconds the oldest due job has waited past its run_at (``None``: none is due).
+    lag_s: float | None
+    #: Jobs running now.
+    in_flight: int
+
+
+def stats_window_s(window: Any) -> float:
+    """``window`` (seconds or a timedelta) in seconds, or :class:`ValidationError`."""
+    seconds = window.total_seconds() if isinstance(window, datetime.timedelta) else window
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= MAX_STATS_WINDOW_S
+    ):
+        raise ValidationError(
+            f"window: must be a positive number of seconds or a timedelta, at most "
+            f"{MAX_STATS_WINDOW_S:g} s (got {window!r})",
+            "window",
+        )
+    return float(seconds)
+
+
+async def stats(db: Database, window: Any, queue: str | None) -> list[QueueStats]:
+    """Every queue with jobs (or only ``queue``, zeros if it has none), by name."""
+    window_s = stats_window_s(window)
+    if queue is not None:
+        check_queue(queue)
+    await db.require_schema()
+    rows: dict[str, list[Any]] = {}
+    found = (
+        await db.fetch("jobs_queue_stats", window_s)
+        if queue is None
+        else await db.fetch("jobs_queue_stats_of_queue", window_s, queue)
+    )
+    for row in found:
+        rows.setdefault(row["queue"], []).append(row)
+    if queue is not None and queue not in rows:
+        rows[queue] = []
+    return [_stats(name, window_s, found) for name, found in rows.items()]
+
+
+def _stats(queue: str, window_s: float, rows: list[Any]) -> QueueStats:
+    """One queue's figures from its rows of ``jobs_queue_stats`` (one a state)."""
+    counts = dict.fromkeys(JobState, 0)
+    finished = dict.fromkeys(JobState, 0)
+    lag_s = None
+    for row in rows:
+        state = JobState(row["state"])
+        counts[state] = row["jobs"]
+        finished[state] = row["finished_in_window"]
+        if state is JobState.Available and row["oldest_due_s"] is not None:
+            lag_s = max(0.0, row["oldest_due_s"])
+    completed, failed = finished[JobState.Completed], finished[JobState.Failed]
+    return QueueStats(
+        queue=queue,
+        window_s=window_s,
+        counts=counts,
+        completed=completed,
+        failed=failed,
+        throughput_per_min=completed / (window_s / 60),
+        failure_rate=failed / (completed + failed) if completed + failed else None,
+        lag_s=lag_s,
+        in_flight=counts[JobState.Running],
     )

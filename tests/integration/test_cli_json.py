@@ -280,3 +280,16 @@ async def test_jobs_cancel_and_retry(client, conn, database_url):
     assert await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", failed) == (
         "available"
     )
+
+
+async def test_doctor_and_queues_stats_print_envelopes_the_schema_accepts(client, database_url):
+    await client.insert({"n": 1}, kind="k", queue="stats-json")
+    code, doctor = await awa_json(database_url, "doctor")
+    assert (code, doctor["command"], doctor["data"]["ok"]) == (0, "doctor", True)
+    assert {check["status"] for check in doctor["data"]["checks"]} == {"ok"}
+    code, stats = await awa_json(database_url, "queues", "stats", "--queue", "stats-json")
+    assert (code, stats["command"]) == (0, "queues stats")
+    [queue] = stats["data"]["queues"]
+    assert (queue["queue"], queue["counts"]["available"], queue["in_flight"]) == (
+        "stats-json", 1, 0,
+    )  # fmt: skip

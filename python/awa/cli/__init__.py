@@ -1,6 +1,7 @@
 """The command line: ``awa`` (= ``python -m awa``) ``migrate | worker |
-jobs | dlq | quarantine | queues | periodic | health | demo``. ``--json`` makes a command print one
-JSON object; the exit statuses are stable (docs/cli.md)."""
+jobs | dlq | quarantine | queues | periodic | health | doctor | demo``.
+``--json`` makes a command print one JSON object; the exit statuses are
+stable (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from awa import __version__, log_format
-from awa.cli import dlq, health, jobs, periodic, quarantine, queues, worker
+from awa.cli import dlq, doctor, health, jobs, periodic, quarantine, queues, worker
 from awa.cli.common import add_database_options, add_json_option, client, event_loop_runner
 from awa.cli.output import ExitCode, Reply, print_failure, print_reply, print_usage_failure
 from awa.errors import ConfigurationError
@@ -93,6 +94,7 @@ def parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     dlq.add_commands(commands)
     quarantine.add_commands(commands)
     health.add_commands(commands)
+    doctor.add_commands(commands)
     queues.add_commands(commands)
     periodic.add_commands(commands)
 

@@ -1,16 +1,18 @@
-"""``awa queues list | pause | resume | show | configure | drain``: the
-queues, what waits in each, and their fleet-wide settings
-(docs/flow-control.md)."""
+"""``awa queues list | stats | pause | resume | show | configure | drain``:
+the queues, what waits in each, how each is doing, and their fleet-wide
+settings (docs/flow-control.md)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 
 from awa.cli.common import add_database_options, add_json_option, client
 from awa.cli.output import Reply, when
-from awa.queues import UNSET, QueueConfig, QueueSummary
+from awa.job import JobState
+from awa.queues import DEFAULT_STATS_WINDOW_S, UNSET, QueueConfig, QueueStats, QueueSummary
 
 
 def add_commands(commands: Any) -> None:
@@ -19,6 +21,15 @@ def add_commands(commands: Any) -> None:
     listed = queue_commands.add_parser(
         "list", help="every queue with jobs or settings: what waits in it, and its settings"
     )
+    stats = queue_commands.add_parser(
+        "stats", help="per queue: jobs by state, throughput, failure rate, lag, in flight"
+    )
+    stats.add_argument("--queue", metavar="QUEUE", help="only this queue")
+    stats.add_argument(
+        "--window", type=_window, default=DEFAULT_STATS_WINDOW_S, metavar="DURATION",
+        help="throughput and failures over the last DURATION: 90s, 5m, 2h, 1d or seconds "
+        f"(default {DEFAULT_STATS_WINDOW_S / 60:g}m)",
+    )  # fmt: skip
     pause = queue_commands.add_parser("pause", help="no worker of the fleet claims from it")
     pause.add_argument("queue", metavar="QUEUE")
     pause.add_argument("--by", metavar="WHO", help="who pauses it, and why (kept until resumed)")
@@ -60,8 +71,8 @@ def add_commands(commands: Any) -> None:
     drain.add_argument(
         "--timeout", type=float, default=None, metavar="SECONDS", help="give up after this long"
     )
-    for parser, run in ((listed, _list), (pause, _pause), (resume, _resume), (show, _show),
-                        (configure, _configure), (drain, _drain)):  # fmt: skip
+    for parser, run in ((listed, _list), (stats, _stats), (pause, _pause), (resume, _resume),
+                        (show, _show), (configure, _configure), (drain, _drain)):  # fmt: skip
         add_database_options(parser)
         add_json_option(parser)
         parser.set_defaults(run=run, command=f"queues {parser.prog.rsplit(' ', 1)[-1]}")
@@ -98,6 +109,59 @@ def describe_summary(summary: QueueSummary) -> str:
     oldest = f"; oldest due since {when(summary.oldest_due_at)}" if summary.oldest_due_at else ""
     paused = "; PAUSED" if summary.config.paused else ""
     return f"{summary.config.queue}: {counts}{oldest}{paused}"
+
+
+async def _stats(options: argparse.Namespace) -> Reply:
+    async with client(options) as awa:
+        found = await awa.queue_stats(window=options.window, queue=options.queue)
+    return Reply(
+        {"window_s": options.window, "queues": [stats_data(stats) for stats in found]},
+        [describe_stats(stats) for stats in found] or ["no queues"],
+    )
+
+
+def stats_data(stats: QueueStats) -> dict[str, Any]:
+    """A queue in ``awa queues stats --json`` (docs/cli.md, ``queue_stats``)."""
+    return {
+        "queue": stats.queue,
+        "counts": {state.value: count for state, count in stats.counts.items()},
+        "completed": stats.completed,
+        "failed": stats.failed,
+        "throughput_per_min": stats.throughput_per_min,
+        "failure_rate": stats.failure_rate,
+        "lag_s": stats.lag_s,
+        "in_flight": stats.in_flight,
+    }
+
+
+def describe_stats(stats: QueueStats) -> str:
+    """One line of ``awa queues stats``."""
+    window = f"{stats.window_s:g}s"
+    rate = "-" if stats.failure_rate is None else f"{stats.failure_rate:.1%}"
+    lag = "none due" if stats.lag_s is None else f"{stats.lag_s:.1f}s"
+    waiting = ", ".join(
+        f"{count} {state.value}" for state, count in stats.counts.items()
+        if count and state not in (JobState.Completed, JobState.Failed, JobState.Cancelled)
+    ) or "nothing waiting"  # fmt: skip
+    return (
+        f"{stats.queue}: {stats.in_flight} in flight, lag {lag}; last {window}: "
+        f"{stats.completed} completed ({stats.throughput_per_min:.1f}/min), {stats.failed} "
+        f"failed (failure rate {rate}); {waiting}"
+    )
+
+
+#: A window as the command line gives it: seconds, or a number and a unit.
+_WINDOW: re.Pattern[str] = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[smhd]?)\s*$")
+_UNIT_S: dict[str, float] = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def _window(text: str) -> float:
+    match = _WINDOW.match(text)
+    if match is None or float(match["number"]) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90s, 5m, 2h or 1d, or seconds (got {text!r})"
+        )
+    return float(match["number"]) * _UNIT_S[match["unit"]]
 
 
 async def _pause(options: argparse.Namespace) -> Reply:

@@ -1090,3 +1090,34 @@ LEFT JOIN LATERAL (
 ) AS due ON true
 GROUP BY q.queue
 ORDER BY q.queue;
+
+-- name: jobs_queue_stats
+-- Per queue and state: how many jobs, how many of them finished in the
+-- last $1 seconds (by finalized_at: completed, failed and cancelled jobs
+-- have one), and, of the available ones, the age in seconds of the oldest
+-- due one. Reads the whole table: no index may name the state or
+-- finalized_at, which claims and outcomes write (their updates stay HOT).
+SELECT j.queue::text AS queue, j.state::text AS state, count(*) AS jobs,
+       count(*) FILTER (WHERE j.finalized_at >= now() - $1::float8 * interval '1 second')
+           AS finished_in_window,
+       extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.state = 'available'
+                                                          AND j.run_at <= now()))::float8
+           AS oldest_due_s
+FROM awa.jobs AS j
+GROUP BY j.queue, j.state
+ORDER BY 1, 2;
+
+-- name: jobs_queue_stats_of_queue
+-- jobs_queue_stats for queue $2 only, whose rows jobs_lane_idx finds. A
+-- query of its own: one statement for both would be planned once for all
+-- queues (a scan of the whole table) and kept for one.
+SELECT j.queue::text AS queue, j.state::text AS state, count(*) AS jobs,
+       count(*) FILTER (WHERE j.finalized_at >= now() - $1::float8 * interval '1 second')
+           AS finished_in_window,
+       extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.state = 'available'
+                                                          AND j.run_at <= now()))::float8
+           AS oldest_due_s
+FROM awa.jobs AS j
+WHERE j.queue = $2::text
+GROUP BY j.queue, j.state
+ORDER BY 1, 2;
