@@ -290,7 +290,8 @@ class AsyncClient:
             )
             if option is not None
         }  # fmt: skip
-        self._rows([value], None, {"kind": kind, **options})  # every check an insert makes
+        # Every check an insert makes.
+        batch_rows(self._registry, [value], None, {"kind": kind, **options})
         resolved_kind, resolved_queue, _, _, schema_version, _ = self._registry.resolution(
             value, kind, queue, require_task=True
         )
