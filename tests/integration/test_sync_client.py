@@ -1,0 +1,156 @@
+"""``awa.Client``: AsyncClient's producer and admin API without an event loop
+in the caller, from plain code, from a thread that runs a loop, and from
+many threads at once; closed, it refuses by name."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import awa
+from awa import sql
+
+
+class SendEmail(BaseModel):
+    to: str
+
+
+@pytest.fixture
+def sync_client(database_url: str, conn: object) -> Iterator[awa.Client]:
+    """A sync client on the clean test database (``conn`` cleans it)."""
+    with awa.Client(database_url) as client:
+        yield client
+
+
+def fail(database_url: str, job_id: int) -> None:
+    """Makes a job a dead letter, as a handler's terminal error would."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "UPDATE awa.jobs SET state = 'failed', finalized_at = now(), attempt = 1, "
+            "failure_reason = 'terminal_error' WHERE id = %s",
+            [job_id],
+        )
+
+
+def test_inserts_return_typed_jobs_read_back_by_get_job_and_list_jobs(sync_client):
+    job = sync_client.insert(SendEmail(to="a@b.c"), queue="email", tags=["t"])
+    assert isinstance(job, awa.Job) and job.args == SendEmail(to="a@b.c")
+    assert job.state is awa.JobState.Available and job.queue == "email"
+    many = sync_client.insert_many([{"n": 1}, {"n": 2}], kind="counted")
+    assert [j.args for j in many] == [{"n": 1}, {"n": 2}]
+    copied = sync_client.insert_many_copy([{"n": 3}], kind="counted")
+    assert copied[0].args == {"n": 3}
+    assert sync_client.enqueue_many_copy([{"n": 4}, {"n": 5}], kind="counted") == 2
+
+    read = sync_client.get_job(job.id, args_type=SendEmail, include_payload=True)
+    assert read.args == SendEmail(to="a@b.c")
+    assert [j.id for j in sync_client.list_jobs(tag="t")] == [job.id]
+    assert len(sync_client.list_jobs(kind="counted")) == 5
+    assert sync_client.count_by_state() == {awa.JobState.Available: 6}
+
+
+def test_errors_are_the_async_clients_named_ones(sync_client):
+    with pytest.raises(awa.ValidationError) as raised:
+        sync_client.insert({"n": 1}, kind="k", priority=9)
+    assert raised.value.field == "priority"
+    with pytest.raises(awa.JobNotFound):
+        sync_client.get_job(10**9)
+
+
+def test_cancel_and_the_dead_letter_queue(sync_client, database_url):
+    running = sync_client.insert({"n": 1}, kind="k")
+    cancelled = sync_client.cancel(running.id, reason="not needed")
+    assert cancelled is not None and cancelled.state is awa.JobState.Cancelled
+    assert sync_client.cancel(running.id) is None
+
+    dead = [sync_client.insert({"n": n}, kind="k").id for n in (2, 3)]
+    for job_id in dead:
+        fail(database_url, job_id)
+    letters = sync_client.list_dlq(kind="k")
+    assert sorted(letter.job.id for letter in letters) == sorted(dead)
+    assert sync_client.retry_from_dlq([dead[0]]) == [dead[0]]
+    assert sync_client.get_job(dead[0]).state is awa.JobState.Available
+    assert sync_client.purge_dlq(everything=True) == 1
+    assert sync_client.list_dlq() == []
+
+
+def test_queues_schema_and_health(sync_client):
+    sync_client.insert({"n": 1}, kind="k", queue="reports")
+    assert sync_client.pause_queue("reports", paused_by="ops").paused
+    [summary] = sync_client.list_queues()
+    assert summary.config.queue == "reports" and summary.config.paused
+    assert not sync_client.resume_queue("reports").paused
+    assert sync_client.migrate() == []
+    assert sync_client.pending_migrations() == []
+    report = sync_client.health_check()
+    assert report.schema_version == sql.LATEST_VERSION
+
+
+async def test_works_from_a_thread_that_runs_an_event_loop(sync_client):
+    """A sync function called inside an async framework: the call blocks
+    this loop, but runs on the client's own, so it cannot deadlock."""
+    assert asyncio.get_running_loop().is_running()
+    job = sync_client.insert({"n": 1}, kind="k")
+    assert sync_client.get_job(job.id).id == job.id
+
+
+def test_many_threads_share_one_client(sync_client):
+    threads, per_thread = 8, 5
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def produce(index: int) -> None:
+        try:
+            start.wait()
+            for n in range(per_thread):
+                sync_client.insert({"thread": index, "n": n}, kind="k")
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=produce, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert errors == []
+    assert sync_client.count_by_state() == {awa.JobState.Available: threads * per_thread}
+
+
+def test_use_after_close_raises_client_closed_and_the_thread_ends(database_url, conn):
+    client = awa.Client(database_url)
+    client.insert({"n": 1}, kind="k")
+    thread = client._thread
+    assert thread is not None and thread.is_alive()
+    client.close()
+    assert not thread.is_alive()
+    client.close()  # a second close is a no-op
+    with pytest.raises(awa.ClientClosed, match="closed"):
+        client.insert({"n": 2}, kind="k")
+    with pytest.raises(awa.ClientClosed):
+        client.list_jobs()
+
+
+def test_a_client_never_used_starts_no_thread_and_closes(database_url):
+    before = {thread.name for thread in threading.enumerate()}
+    with awa.Client(database_url) as client:
+        assert client._thread is None
+    assert {thread.name for thread in threading.enumerate()} == before
+
+
+def test_bad_options_raise_in_the_constructor():
+    with pytest.raises(awa.ConfigurationError, match="max_connections"):
+        awa.Client("postgresql://nowhere/db", max_connections=0)
+
+
+def test_an_unreachable_database_is_a_named_error_not_a_hang():
+    with (
+        awa.Client("postgresql://nobody@127.0.0.1:1/none", connect_timeout=5) as client,
+        pytest.raises(awa.ConnectionFailed),
+    ):
+        client.insert({"n": 1}, kind="k", run_at=datetime.timedelta(0))
