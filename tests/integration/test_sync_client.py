@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import psycopg
@@ -120,6 +122,27 @@ def test_many_threads_share_one_client(sync_client):
         worker.join(60)
     assert errors == []
     assert sync_client.count_by_state() == {awa.JobState.Available: threads * per_thread}
+
+
+def test_a_forked_child_gets_a_loop_and_pool_of_its_own(sync_client):
+    """A pre-forking server: the parent's thread does not cross the fork,
+    so the child's first call starts its own (a bounded wait: the child
+    exits on its own, and the test's timeout stops a hang)."""
+    parent_job = sync_client.insert({"n": 1}, kind="k")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            job = sync_client.insert({"n": 2}, kind="k")
+            code = 0 if sync_client.get_job(job.id).id == job.id else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sync_client.get_job(parent_job.id).id == parent_job.id
+    assert sync_client.count_by_state() == {awa.JobState.Available: 2}
 
 
 def test_use_after_close_raises_client_closed_and_the_thread_ends(database_url, conn):
