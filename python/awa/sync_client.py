@@ -206,6 +206,24 @@ class Client:
         inserted: list[Job[Any]] = self._call("insert_many", jobs, opts=opts, **options)
         return inserted
 
+    @overload
+    def insert_many_copy(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        *,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
+        **options: Unpack[CopyInsertOptions],
+    ) -> list[Job[dict[str, Any]]]: ...
+
+    @overload
+    def insert_many_copy(
+        self,
+        jobs: Sequence[T],
+        *,
+        opts: Sequence[CopyInsertOptions | None] | None = None,
+        **options: Unpack[CopyInsertOptions],
+    ) -> list[Job[T]]: ...
+
     def insert_many_copy(
         self,
         jobs: Sequence[Any],

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from awa import sql
 from awa.errors import SchemaNotMigrated, UniqueConflict, ValidationError
@@ -25,7 +25,14 @@ from awa.inserts import batch_rows, single_row
 from awa.job import Job
 from awa.tasks import Registry
 
+if TYPE_CHECKING:
+    from awa.client import AsyncClient
+    from awa.sync_client import Client
+
 R = TypeVar("R")
+
+#: Where a bridge insert takes its tasks from (``None``: no tasks).
+TaskSource: TypeAlias = "AsyncClient | Client | None"
 
 #: A named query and its parameters (``$1``, ``$2``, … in order).
 Query: TypeAlias = tuple[str, tuple[Any, ...]]
@@ -43,7 +50,7 @@ _warned_outside_transaction = False
 _NO_TASKS = Registry()
 
 
-def registry_of(client: Any) -> Registry:
+def registry_of(client: TaskSource) -> Registry:
     """The tasks a bridge insert resolves kinds, queues and schema versions
     with: ``client``'s (an :class:`awa.AsyncClient` or :class:`awa.Client`),
     or none."""

@@ -12,7 +12,7 @@ are. Needs the ``psycopg`` extra (``pip install 'awa-queue[psycopg]'``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -22,6 +22,7 @@ from psycopg.types.string import TextLoader
 from awa import sql
 from awa.bridges._steps import (
     Steps,
+    TaskSource,
     insert_batch,
     insert_one,
     registry_of,
@@ -38,11 +39,31 @@ T = TypeVar("T")
 __all__ = ["insert", "insert_async", "insert_many", "insert_many_async"]
 
 
+@overload
+def insert(
+    connection: psycopg.Connection[Any],
+    args: dict[str, Any],
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[dict[str, Any]]: ...
+
+
+@overload
 def insert(
     connection: psycopg.Connection[Any],
     args: T,
     *,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[T]: ...
+
+
+def insert(
+    connection: psycopg.Connection[Any],
+    args: T,
+    *,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> Job[T]:
     """Inserts one job on ``connection`` (in its transaction) and returns
@@ -57,12 +78,34 @@ def insert(
                _fetcher(connection))  # fmt: skip
 
 
+@overload
+def insert_many(
+    connection: psycopg.Connection[Any],
+    jobs: Sequence[dict[str, Any]],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[dict[str, Any]]]: ...
+
+
+@overload
 def insert_many(
     connection: psycopg.Connection[Any],
     jobs: Sequence[T],
     *,
     opts: Sequence[InsertOptions | None] | None = None,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[T]]: ...
+
+
+def insert_many(
+    connection: psycopg.Connection[Any],
+    jobs: Sequence[T],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> list[Job[T]]:
     """Inserts many jobs in one statement on ``connection`` and returns
@@ -74,11 +117,31 @@ def insert_many(
     return run(steps, _fetcher(connection))
 
 
+@overload
+async def insert_async(
+    connection: psycopg.AsyncConnection[Any],
+    args: dict[str, Any],
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[dict[str, Any]]: ...
+
+
+@overload
 async def insert_async(
     connection: psycopg.AsyncConnection[Any],
     args: T,
     *,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[T]: ...
+
+
+async def insert_async(
+    connection: psycopg.AsyncConnection[Any],
+    args: T,
+    *,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> Job[T]:
     """:func:`insert` on a ``psycopg.AsyncConnection``."""
@@ -86,12 +149,34 @@ async def insert_async(
     return await run_async(_steps_one(checked, args, client, options), _async_fetcher(connection))
 
 
+@overload
+async def insert_many_async(
+    connection: psycopg.AsyncConnection[Any],
+    jobs: Sequence[dict[str, Any]],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[dict[str, Any]]]: ...
+
+
+@overload
 async def insert_many_async(
     connection: psycopg.AsyncConnection[Any],
     jobs: Sequence[T],
     *,
     opts: Sequence[InsertOptions | None] | None = None,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[T]]: ...
+
+
+async def insert_many_async(
+    connection: psycopg.AsyncConnection[Any],
+    jobs: Sequence[T],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> list[Job[T]]:
     """:func:`insert_many` on a ``psycopg.AsyncConnection``."""
@@ -100,7 +185,9 @@ async def insert_many_async(
     return await run_async(steps, _async_fetcher(connection))
 
 
-def _steps_one(connection: Any, args: Any, client: Any, options: Mapping[str, Any]) -> Steps[Any]:
+def _steps_one(
+    connection: Any, args: Any, client: TaskSource, options: Mapping[str, Any]
+) -> Steps[Any]:
     return insert_one(connection, registry_of(client), args, options)
 
 

@@ -17,7 +17,7 @@ the ``sqlalchemy`` extra.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 import asyncpg
 from sqlalchemy.engine import Connection
@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from awa.bridges import _asyncpg
-from awa.bridges._steps import registry_of
+from awa.bridges._steps import TaskSource, registry_of
 from awa.errors import ValidationError
 from awa.inserts import InsertOptions
 from awa.job import Job
@@ -35,8 +35,32 @@ T = TypeVar("T")
 __all__ = ["insert", "insert_async", "insert_many", "insert_many_async"]
 
 
+@overload
 def insert(
-    bind: Connection | Session, args: T, *, client: Any = None, **options: Unpack[InsertOptions]
+    bind: Connection | Session,
+    args: dict[str, Any],
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[dict[str, Any]]: ...
+
+
+@overload
+def insert(
+    bind: Connection | Session,
+    args: T,
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[T]: ...
+
+
+def insert(
+    bind: Connection | Session,
+    args: T,
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
 ) -> Job[T]:
     """Inserts one job in ``bind``'s transaction (a ``Connection`` or
     ``Session`` on the psycopg driver) and returns it."""
@@ -45,12 +69,34 @@ def insert(
     return bridge.insert(_psycopg_connection(bind), args, client=client, **options)
 
 
+@overload
+def insert_many(
+    bind: Connection | Session,
+    jobs: Sequence[dict[str, Any]],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[dict[str, Any]]]: ...
+
+
+@overload
 def insert_many(
     bind: Connection | Session,
     jobs: Sequence[T],
     *,
     opts: Sequence[InsertOptions | None] | None = None,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[T]]: ...
+
+
+def insert_many(
+    bind: Connection | Session,
+    jobs: Sequence[T],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> list[Job[T]]:
     """Inserts many jobs in one statement in ``bind``'s transaction and
@@ -60,11 +106,31 @@ def insert_many(
     return bridge.insert_many(_psycopg_connection(bind), jobs, opts=opts, client=client, **options)
 
 
+@overload
+async def insert_async(
+    bind: AsyncConnection | AsyncSession,
+    args: dict[str, Any],
+    *,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[dict[str, Any]]: ...
+
+
+@overload
 async def insert_async(
     bind: AsyncConnection | AsyncSession,
     args: T,
     *,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[T]: ...
+
+
+async def insert_async(
+    bind: AsyncConnection | AsyncSession,
+    args: T,
+    *,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> Job[T]:
     """:func:`insert` on an ``AsyncConnection`` or ``AsyncSession`` (asyncpg
@@ -78,12 +144,34 @@ async def insert_async(
     return await bridge.insert_async(driver, args, client=client, **options)
 
 
+@overload
+async def insert_many_async(
+    bind: AsyncConnection | AsyncSession,
+    jobs: Sequence[dict[str, Any]],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[dict[str, Any]]]: ...
+
+
+@overload
 async def insert_many_async(
     bind: AsyncConnection | AsyncSession,
     jobs: Sequence[T],
     *,
     opts: Sequence[InsertOptions | None] | None = None,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[T]]: ...
+
+
+async def insert_many_async(
+    bind: AsyncConnection | AsyncSession,
+    jobs: Sequence[T],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> list[Job[T]]:
     """:func:`insert_many` on an ``AsyncConnection`` or ``AsyncSession``."""

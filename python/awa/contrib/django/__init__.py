@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from awa.bridges import psycopg as bridge
+from awa.bridges._steps import TaskSource
 from awa.errors import ConfigurationError
 from awa.inserts import InsertOptions
 from awa.job import Job
@@ -44,11 +45,31 @@ T = TypeVar("T")
 __all__ = ["app_client", "insert", "insert_many"]
 
 
+@overload
+def insert(
+    args: dict[str, Any],
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[dict[str, Any]]: ...
+
+
+@overload
 def insert(
     args: T,
     *,
     using: str = DEFAULT_DB_ALIAS,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> Job[T]: ...
+
+
+def insert(
+    args: T,
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> Job[T]:
     """Inserts one job on Django's connection ``using`` (in its
@@ -59,12 +80,34 @@ def insert(
     return bridge.insert(connection, args, client=_tasks(client), **options)
 
 
+@overload
+def insert_many(
+    jobs: Sequence[dict[str, Any]],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[dict[str, Any]]]: ...
+
+
+@overload
 def insert_many(
     jobs: Sequence[T],
     *,
     opts: Sequence[InsertOptions | None] | None = None,
     using: str = DEFAULT_DB_ALIAS,
-    client: Any = None,
+    client: TaskSource = None,
+    **options: Unpack[InsertOptions],
+) -> list[Job[T]]: ...
+
+
+def insert_many(
+    jobs: Sequence[T],
+    *,
+    opts: Sequence[InsertOptions | None] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    client: TaskSource = None,
     **options: Unpack[InsertOptions],
 ) -> list[Job[T]]:
     """Inserts many jobs in one statement on Django's connection ``using``
@@ -92,7 +135,7 @@ def _load_app(target: str) -> Any:
         raise ConfigurationError(f"settings.AWA_APP: {error}") from None
 
 
-def _tasks(client: Any) -> Any:
+def _tasks(client: TaskSource) -> TaskSource:
     return app_client() if client is None else client
 
 
