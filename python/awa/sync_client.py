@@ -26,6 +26,8 @@ transaction on psycopg, SQLAlchemy or Django, see :mod:`awa.bridges` and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import datetime
 import os
 import threading
@@ -45,6 +47,8 @@ R = TypeVar("R")
 #: How long :meth:`Client.close` waits for the private loop's thread to end
 #: once the async client is closed.
 THREAD_STOP_TIMEOUT_S: Final = 10.0
+#: How often a waiting call checks that the private loop's thread still runs.
+LIVENESS_CHECK_S: Final = 1.0
 
 
 class ClientClosed(AwaError, RuntimeError):
@@ -89,8 +93,7 @@ class Client:
         # Made here so that bad options raise now, in the caller's thread.
         self._async = AsyncClient(url, **self._options)
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._runner: _LoopThread | None = None
         self._pid = os.getpid()
         self._closed = False
 
@@ -102,64 +105,29 @@ class Client:
 
     # ── the private loop ────────────────────────────────────────────────
 
-    def _client(self) -> tuple[AsyncClient, asyncio.AbstractEventLoop]:
-        """The async client and its running loop, started on first use (and
+    def _client(self) -> tuple[AsyncClient, _LoopThread]:
+        """The async client and its loop's thread, started on first use (and
         again in a forked child); :class:`ClientClosed` after close."""
         with self._lock:
             if self._closed:
                 raise ClientClosed("this awa.Client is closed")
             if self._pid != os.getpid():
                 self._forked()
-            if self._loop is None:
-                self._start_loop()
-            assert self._loop is not None
-            return self._async, self._loop
+            if self._runner is None:
+                self._runner = _LoopThread()
+            return self._async, self._runner
 
     def _forked(self) -> None:
         """In a child process: the parent's thread did not come along, and
         its pool's sockets are the parent's; start over with fresh ones."""
         self._pid = os.getpid()
-        self._loop = None
-        self._thread = None
+        self._runner = None
         self._async = AsyncClient(self._url, **self._options)
-
-    def _start_loop(self) -> None:
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            try:
-                loop.run_forever()
-            finally:
-                loop.close()
-
-        thread = threading.Thread(target=run, name="awa-sync-client", daemon=True)
-        thread.start()
-        ready.wait()
-        self._loop, self._thread = loop, thread
-
-    def _run(self, make: Coroutine[Any, Any, R], loop: asyncio.AbstractEventLoop) -> R:
-        """Runs ``make`` on the private loop and waits for its result; an
-        interrupt of the caller (KeyboardInterrupt) cancels it there."""
-        if threading.current_thread() is self._thread:
-            make.close()
-            raise RuntimeError(
-                "awa.Client was called from its own event loop (a hook or callback running "
-                "there); use the AsyncClient (client.async_client) there instead"
-            )
-        future = asyncio.run_coroutine_threadsafe(make, loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``await async_client.<method>(*args, **kwargs)`` on the private loop."""
-        client, loop = self._client()
-        return self._run(getattr(client, method)(*args, **kwargs), loop)
+        client, runner = self._client()
+        return runner.run(getattr(client, method)(*args, **kwargs))
 
     # ── inserting ───────────────────────────────────────────────────────
 
@@ -381,27 +349,94 @@ class Client:
 
     def close(self) -> None:
         """Closes the connections and stops the private loop's thread; later
-        calls raise :class:`awa.ClientClosed`. Safe to call twice, and from
-        any thread."""
+        calls raise :class:`awa.ClientClosed`, and so do calls still waiting
+        in other threads if the close ends them. Safe to call twice, and
+        from any thread but the loop's own."""
         with self._lock:
             if self._closed:
                 return
-            if self._thread is threading.current_thread():
+            runner = self._runner
+            if runner is not None and runner.is_current():
                 raise RuntimeError("awa.Client.close() was called from its own event loop")
             self._closed = True
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
+            self._runner = None
             forked = self._pid != os.getpid()
-        if loop is None or thread is None or forked:
+        if runner is None or forked:
             return
-        try:
-            self._run(self._async.close(), loop)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(THREAD_STOP_TIMEOUT_S)
+        runner.stop(self._async.close())
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread of its own, and the one way
+    to run a coroutine on it from another thread and wait for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="awa-sync-client", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def is_current(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def run(self, make: Coroutine[Any, Any, R]) -> R:
+        """Runs ``make`` on the loop and waits for its result. An interrupt
+        of the caller (KeyboardInterrupt) cancels it there; a loop that
+        stops meanwhile (the client closed) raises :class:`ClientClosed`,
+        never leaves the caller waiting."""
+        if self.is_current():
+            make.close()
+            raise RuntimeError(
+                "awa.Client was called from its own event loop (a hook or callback running "
+                "there); use the AsyncClient (client.async_client) there instead"
+            )
+        try:
+            future = asyncio.run_coroutine_threadsafe(make, self.loop)
+        except RuntimeError:  # the loop closed after this call found it
+            make.close()
+            raise ClientClosed("this awa.Client is closed") from None
+        try:
+            while not future.done():
+                concurrent.futures.wait([future], timeout=LIVENESS_CHECK_S)
+                if not future.done() and not self._thread.is_alive():
+                    raise ClientClosed("this awa.Client was closed while the call waited")
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise ClientClosed("this awa.Client was closed while the call waited") from None
+        except BaseException:
+            future.cancel()
+            raise
+
+    def stop(self, last: Coroutine[Any, Any, None]) -> None:
+        """Runs ``last`` (closing the async client), cancels whatever else
+        still runs on the loop (calls of other threads, which then raise
+        :class:`ClientClosed`), stops the loop and waits for the thread."""
+
+        async def finish() -> None:
+            try:
+                await last
+            finally:
+                current = asyncio.current_task()
+                others = [task for task in asyncio.all_tasks() if task is not current]
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
+
+        try:
+            self.run(finish())
+        finally:
+            with contextlib.suppress(RuntimeError):  # closed already
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(THREAD_STOP_TIMEOUT_S)

@@ -148,8 +148,7 @@ def test_a_forked_child_gets_a_loop_and_pool_of_its_own(sync_client):
 def test_use_after_close_raises_client_closed_and_the_thread_ends(database_url, conn):
     client = awa.Client(database_url)
     client.insert({"n": 1}, kind="k")
-    thread = client._thread
-    assert thread is not None and thread.is_alive()
+    [thread] = [t for t in threading.enumerate() if t.name == "awa-sync-client"]
     client.close()
     assert not thread.is_alive()
     client.close()  # a second close is a no-op
@@ -159,11 +158,43 @@ def test_use_after_close_raises_client_closed_and_the_thread_ends(database_url, 
         client.list_jobs()
 
 
+def test_a_call_waiting_in_another_thread_when_the_client_closes_raises_client_closed(
+    database_url, conn
+):
+    """Closing never leaves another thread waiting for ever: its call is
+    cancelled on the loop and raises. (The call is a minute's sleep on the
+    client's loop that the close cuts short; the thread's join is bounded.)"""
+    client = awa.Client(database_url)
+    client.insert({"n": 1}, kind="k")
+    _async_client, runner = client._client()
+    started = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    def wait() -> None:
+        try:
+            runner.run(slow())
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert started.wait(10)
+    client.close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    [error] = outcome
+    assert isinstance(error, awa.ClientClosed)
+
+
 def test_a_client_never_used_starts_no_thread_and_closes(database_url):
-    before = {thread.name for thread in threading.enumerate()}
     with awa.Client(database_url) as client:
-        assert client._thread is None
-    assert {thread.name for thread in threading.enumerate()} == before
+        assert client._runner is None
+    assert "awa-sync-client" not in {thread.name for thread in threading.enumerate()}
 
 
 def test_bad_options_raise_in_the_constructor():
