@@ -163,6 +163,48 @@ async def test_insert_many_takes_the_clients_options_per_job(database_url, conn,
     assert await client.count_by_state() == {awa.JobState.Available: 2}
 
 
+async def many_on_psycopg_async(url: str) -> list[awa.Job[Any]]:
+    async with await psycopg.AsyncConnection.connect(url) as connection:
+        return await psycopg_bridge.insert_many_async(connection, RECEIPTS, queue="many")
+
+
+async def many_on_sqlalchemy_session(url: str) -> list[awa.Job[Any]]:
+    engine = sqlalchemy.create_engine(with_driver(url, "psycopg"), poolclass=NullPool)
+    try:
+        with Session(engine) as session, session.begin():
+            return sqlalchemy_bridge.insert_many(session, RECEIPTS, queue="many")
+    finally:
+        engine.dispose()
+
+
+def many_on_sqlalchemy_async(driver: str) -> Callable[[str], Awaitable[list[awa.Job[Any]]]]:
+    async def write(url: str) -> list[awa.Job[Any]]:
+        engine = create_async_engine(with_driver(url, driver), poolclass=NullPool)
+        try:
+            async with AsyncSession(engine) as session, session.begin():
+                return await sqlalchemy_bridge.insert_many_async(session, RECEIPTS, queue="many")
+        finally:
+            await engine.dispose()
+
+    return write
+
+
+RECEIPTS = [SendReceipt(order="a"), SendReceipt(order="b")]
+MANY_WRITERS = {
+    "psycopg-async-connection": many_on_psycopg_async,
+    "sqlalchemy-session-psycopg": many_on_sqlalchemy_session,
+    "sqlalchemy-async-session-asyncpg": many_on_sqlalchemy_async("asyncpg"),
+    "sqlalchemy-async-session-psycopg": many_on_sqlalchemy_async("psycopg"),
+}
+
+
+@pytest.mark.parametrize("write", MANY_WRITERS.values(), ids=MANY_WRITERS.keys())
+async def test_insert_many_on_each_driver_commits_every_job(write, database_url, conn, client):
+    jobs = await write(database_url)
+    assert [(job.args, job.queue) for job in jobs] == [(r, "many") for r in RECEIPTS]
+    assert await client.count_by_state() == {awa.JobState.Available: 2}
+
+
 async def test_a_clients_tasks_give_the_kind_queue_and_decoding(database_url, conn):
     tasks = awa.AsyncClient(database_url)
 

@@ -15,7 +15,9 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connections, transaction
+from django.test import override_settings
 
 import awa
 from awa.contrib.django import insert, insert_many
@@ -89,6 +91,19 @@ def test_insert_many_in_a_savepoint_that_rolls_back_leaves_the_outer_block(djang
 def test_a_database_that_is_not_postgresql_is_refused_by_name(django_db):
     with pytest.raises(awa.ConfigurationError, match=r"database 'other' is sqlite"):
         insert({"n": 1}, kind="k", using="other")
+
+
+def test_an_awa_app_that_does_not_load_is_a_configuration_error(django_db):
+    with (
+        override_settings(AWA_APP="tests.django_project.tasks:nobody"),
+        pytest.raises(awa.ConfigurationError, match=r"settings\.AWA_APP: .* no attribute 'nobody'"),
+    ):
+        insert(SendReceipt(order="o"))
+
+
+def test_the_worker_command_without_awa_app_says_what_to_set(django_db):
+    with override_settings(AWA_APP=None), pytest.raises(CommandError, match="set AWA_APP"):
+        call_command("awa_worker")
 
 
 async def test_the_awa_worker_command_runs_a_job_and_stops_on_sigterm(database_url, conn, client):
