@@ -55,6 +55,7 @@ from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallb
 from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
 from awa.queues import QueueConfig, QueueStats, QueueSummary, RateClass
+from awa.sync_client import Client, ClientClosed
 from awa.tasks import derive_kind
 from awa.transaction import Transaction
 from awa.worker.attempt import RunningJob
@@ -76,6 +77,8 @@ __all__ = [
     "CallbackResolution",
     "CallbackToken",
     "Cancel",
+    "Client",
+    "ClientClosed",
     "ConfigurationError",
     "ConnectionFailed",
     "CopyInsertOptions",

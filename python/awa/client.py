@@ -52,11 +52,10 @@ from awa.inserts import (
     DEFAULT_PRIORITY,
     CopyInsertOptions,
     InsertOptions,
-    InsertOpts,
     UniqueOpts,
     add_job,
-    add_jobs,
-    check_option_names,
+    batch_rows,
+    single_row,
 )
 from awa.job import ArgsDecoder, Job, JobState
 from awa.lifecycle import Lifecycle
@@ -293,7 +292,8 @@ class AsyncClient:
             )
             if option is not None
         }  # fmt: skip
-        self._rows([value], None, {"kind": kind, **options})  # every check an insert makes
+        # Every check an insert makes.
+        batch_rows(self._registry, [value], None, {"kind": kind, **options})
         resolved_kind, resolved_queue, _, _, schema_version, _ = self._registry.resolution(
             value, kind, queue, require_task=True
         )
@@ -701,10 +701,7 @@ class AsyncClient:
         caller's transaction stays usable.
         """
         check_caller_connection(connection)
-        rows = _core.InsertRows(1)
-        [(kind, _type)] = add_jobs(
-            rows, self._registry, [args], InsertOpts.of(options), require_task=True
-        )
+        rows, decode = single_row(self._registry, args, options)
         db = await self._database()
         await db.require_schema(connection)
         row = await db.fetchrow("jobs_insert", rows.json_rows(), connection=connection)
@@ -713,7 +710,7 @@ class AsyncClient:
             holder = await db.fetchval("jobs_unique_holder", key, connection=connection)
             raise UniqueConflict(holder)
         metrics.add(metrics.JOB_INSERTED)
-        return self._job(row, decode=self._registry.decoder(kind, type(args)))
+        return self._job(row, decode=decode)
 
     @overload
     async def insert_many(
@@ -755,7 +752,7 @@ class AsyncClient:
         held are skipped, so the list returned can be shorter than ``jobs``.
         """
         check_caller_connection(connection)
-        rows, decoders = self._rows(jobs, opts, options)
+        rows, decoders = batch_rows(self._registry, jobs, opts, options)
         if not len(rows):
             return []
         db = await self._database()
@@ -802,7 +799,7 @@ class AsyncClient:
         for :meth:`insert`.
         """
         check_caller_connection(connection)
-        rows, decoders = self._rows(jobs, opts, options, copy=True)
+        rows, decoders = batch_rows(self._registry, jobs, opts, options, copy=True)
         if not len(rows):
             return []
         db = await self._database()
@@ -830,7 +827,7 @@ class AsyncClient:
         """The fastest bulk insert: COPY, returning only how many jobs were
         written (options as for :meth:`insert_many_copy`)."""
         check_caller_connection(connection)
-        rows, _decoders = self._rows(jobs, opts, options, copy=True)
+        rows, _decoders = batch_rows(self._registry, jobs, opts, options, copy=True)
         if not len(rows):
             return 0
         db = await self._database()
@@ -887,87 +884,6 @@ class AsyncClient:
                 return await write(connection)
         async with db.pool.acquire() as pooled, pooled.transaction():
             return await write(pooled)
-
-    def _rows(
-        self,
-        jobs: Sequence[Any],
-        opts: Sequence[Mapping[str, Any] | None] | None,
-        defaults: Mapping[str, Any],
-        *,
-        copy: bool = False,
-    ) -> tuple[Any, dict[str, ArgsDecoder | None]]:
-        """The jobs as :class:`awa._core.InsertRows` (the whole list in one
-        call to the core), and by kind how the rows read back decode: as
-        the one type of arguments given for the kind, or ``None`` (as its
-        task says) for a kind given several."""
-        if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
-            raise ValidationError("jobs: must be a list of job arguments", "jobs")
-        if copy and "unique_opts" in defaults:
-            raise ValidationError(
-                "unique_opts: COPY cannot skip duplicates; insert unique jobs with insert_many",
-                "unique_opts",
-            )
-        shared = InsertOpts.of(defaults, "options")
-        rows = _core.InsertRows(len(jobs))
-        seen = add_jobs(
-            rows, self._registry, jobs, self._per_job(shared, defaults, opts, len(jobs), copy),
-            batch=True, require_task=True,
-        )  # fmt: skip
-        types_by_kind: dict[str, Any] = {}
-        for kind, args_type in seen:
-            if types_by_kind.setdefault(kind, args_type) is not args_type:
-                types_by_kind[kind] = None
-        decoders = {
-            kind: None if args_type is None else self._registry.decoder(kind, args_type)
-            for kind, args_type in types_by_kind.items()
-        }
-        return rows, decoders
-
-    @staticmethod
-    def _per_job(
-        shared: InsertOpts,
-        defaults: Mapping[str, Any],
-        opts: Sequence[Mapping[str, Any] | None] | None,
-        count: int,
-        copy: bool,
-    ) -> InsertOpts | list[InsertOpts]:
-        """``shared`` for every job, or with ``opts``, one options object per
-        job (``shared`` where a job overrides nothing)."""
-        if opts is None:
-            return shared
-        if isinstance(opts, Mapping) or not isinstance(opts, Sequence):
-            raise ValidationError("opts: must be a list of dicts, one per job", "opts")
-        if len(opts) != count:
-            raise ValidationError(
-                f"opts: needs one entry per job ({len(opts)} for {count} jobs)", "opts"
-            )
-        per_job = []
-        # Jobs that override the same simple values share one options object
-        # (read once, here and in the core): a list of 20 000 jobs across
-        # eight tenants builds eight.
-        made: dict[tuple[Any, ...], InsertOpts] = {}
-        for index, override in enumerate(opts):
-            if not override:
-                per_job.append(shared)
-                continue
-            key = _override_key(override)
-            known = made.get(key) if key is not None else None
-            if known is not None:
-                per_job.append(known)
-                continue
-            where = f"opts[{index}]"
-            check_option_names(override, where)
-            if copy and override.get("unique_opts") is not None:
-                raise ValidationError(
-                    f"{where}.unique_opts: COPY cannot skip duplicates; "
-                    "insert unique jobs with insert_many",
-                    f"{where}.unique_opts",
-                )
-            options = InsertOpts.of({**defaults, **override}, where)
-            if key is not None:
-                made[key] = options
-            per_job.append(options)
-        return per_job
 
     def _job(
         self, row: Any, include_payload: bool = True, decode: ArgsDecoder | None = None
@@ -1495,22 +1411,3 @@ async def migrate(url: str | None = None, **client_options: Any) -> list[int]:
     ``connect_timeout=``, ``pooler=``)."""
     async with AsyncClient(url, **client_options) as client:
         return await client.migrate()
-
-
-#: Option values a per-job override may share an options object by.
-_SHAREABLE = frozenset((str, int, float, bool, type(None), datetime.datetime, datetime.timedelta))
-
-
-def _override_key(override: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """What identifies a per-job override of immutable values (each value's
-    type too: ``True`` is not ``1``), or ``None`` for one that holds a list,
-    a dict or an object, which is read on its own. Names in another order
-    make another key (and one more options object), not a wrong one: the
-    key is built once per job, so it is not sorted."""
-    key: list[Any] = []
-    for name, value in override.items():
-        kind = type(value)
-        if kind not in _SHAREABLE:
-            return None
-        key += (name, kind, value)
-    return tuple(key)

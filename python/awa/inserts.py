@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 from awa import _core
 from awa.config import positive_seconds
 from awa.errors import ValidationError
-from awa.job import JobState
+from awa.job import ArgsDecoder, JobState
 from awa.tracing import with_trace_context
 
 if TYPE_CHECKING:
@@ -265,6 +265,118 @@ def add_job(
         rows, registry, [args], InsertOpts.of(options), batch=batch, require_task=require_task
     )
     return kind
+
+
+def single_row(
+    registry: Registry, args: Any, options: Mapping[str, Any]
+) -> tuple[Any, ArgsDecoder]:
+    """One job as :class:`awa._core.InsertRows` (the one parameter of
+    ``jobs_insert``, by ``json_rows()``), and how its row read back decodes:
+    as ``args`` was given."""
+    rows = _core.InsertRows(1)
+    [(kind, _type)] = add_jobs(rows, registry, [args], InsertOpts.of(options), require_task=True)
+    return rows, registry.decoder(kind, type(args))
+
+
+def batch_rows(
+    registry: Registry,
+    jobs: Sequence[Any],
+    opts: Sequence[Mapping[str, Any] | None] | None,
+    defaults: Mapping[str, Any],
+    *,
+    copy: bool = False,
+) -> tuple[Any, dict[str, ArgsDecoder | None]]:
+    """The jobs as :class:`awa._core.InsertRows` (the whole list in one
+    call to the core), and by kind how the rows read back decode: as
+    the one type of arguments given for the kind, or ``None`` (as its
+    task says) for a kind given several."""
+    if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
+        raise ValidationError("jobs: must be a list of job arguments", "jobs")
+    if copy and "unique_opts" in defaults:
+        raise ValidationError(
+            "unique_opts: COPY cannot skip duplicates; insert unique jobs with insert_many",
+            "unique_opts",
+        )
+    shared = InsertOpts.of(defaults, "options")
+    rows = _core.InsertRows(len(jobs))
+    seen = add_jobs(
+        rows, registry, jobs, _per_job(shared, defaults, opts, len(jobs), copy),
+        batch=True, require_task=True,
+    )  # fmt: skip
+    types_by_kind: dict[str, Any] = {}
+    for kind, args_type in seen:
+        if types_by_kind.setdefault(kind, args_type) is not args_type:
+            types_by_kind[kind] = None
+    decoders = {
+        kind: None if args_type is None else registry.decoder(kind, args_type)
+        for kind, args_type in types_by_kind.items()
+    }
+    return rows, decoders
+
+
+def _per_job(
+    shared: InsertOpts,
+    defaults: Mapping[str, Any],
+    opts: Sequence[Mapping[str, Any] | None] | None,
+    count: int,
+    copy: bool,
+) -> InsertOpts | list[InsertOpts]:
+    """``shared`` for every job, or with ``opts``, one options object per
+    job (``shared`` where a job overrides nothing)."""
+    if opts is None:
+        return shared
+    if isinstance(opts, Mapping) or not isinstance(opts, Sequence):
+        raise ValidationError("opts: must be a list of dicts, one per job", "opts")
+    if len(opts) != count:
+        raise ValidationError(
+            f"opts: needs one entry per job ({len(opts)} for {count} jobs)", "opts"
+        )
+    per_job = []
+    # Jobs that override the same simple values share one options object
+    # (read once, here and in the core): a list of 20 000 jobs across
+    # eight tenants builds eight.
+    made: dict[tuple[Any, ...], InsertOpts] = {}
+    for index, override in enumerate(opts):
+        if not override:
+            per_job.append(shared)
+            continue
+        key = _override_key(override)
+        known = made.get(key) if key is not None else None
+        if known is not None:
+            per_job.append(known)
+            continue
+        where = f"opts[{index}]"
+        check_option_names(override, where)
+        if copy and override.get("unique_opts") is not None:
+            raise ValidationError(
+                f"{where}.unique_opts: COPY cannot skip duplicates; "
+                "insert unique jobs with insert_many",
+                f"{where}.unique_opts",
+            )
+        options = InsertOpts.of({**defaults, **override}, where)
+        if key is not None:
+            made[key] = options
+        per_job.append(options)
+    return per_job
+
+
+#: Option values a per-job override may share an options object by.
+_SHAREABLE = frozenset((str, int, float, bool, type(None), datetime.datetime, datetime.timedelta))
+
+
+def _override_key(override: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What identifies a per-job override of immutable values (each value's
+    type too: ``True`` is not ``1``), or ``None`` for one that holds a list,
+    a dict or an object, which is read on its own. Names in another order
+    make another key (and one more options object), not a wrong one: the
+    key is built once per job, so it is not sorted."""
+    key: list[Any] = []
+    for name, value in override.items():
+        kind = type(value)
+        if kind not in _SHAREABLE:
+            return None
+        key += (name, kind, value)
+    return tuple(key)
 
 
 def check_option_names(options: Iterable[str], where: str) -> None:
