@@ -11,7 +11,7 @@ RUST_VERSION := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 NEED_CARGO = @command -v cargo >/dev/null 2>&1 || { echo "awa: building the Rust core needs Rust $(RUST_VERSION) or newer and no cargo is on PATH; install Rust with rustup (https://rustup.rs), then run make again" >&2; exit 1; }
 
 .DEFAULT_GOAL := help
-.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format demo bench bench-peers bench-compare bench-baseline bench-latency clean
+.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format docs demo bench bench-peers bench-compare bench-baseline bench-latency clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,6 +75,12 @@ format: $(STAMP) ## Format Rust and Python sources
 	cargo fmt
 	$(BIN)/ruff format python tests benches build_backend
 	$(BIN)/ruff check --fix python tests benches build_backend
+
+# mkdocs.yml: docs/*.md and the API reference generated from the docstrings.
+# --strict: a broken link or a docstring that cannot be rendered fails the build.
+docs: $(STAMP) ## Build the documentation site (guides and API reference) into target/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir target/site
+	@echo "open target/site/index.html"
 
 demo: $(STAMP) ## Enqueue and work a few hundred real jobs, then print where they ended up
 	$(BIN)/python -m awa demo

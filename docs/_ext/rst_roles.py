@@ -9,8 +9,10 @@ the same code text where it is not (a private helper, a module left out of
 the reference), and never a warning. A role's target is resolved the way
 Python would read it in the docstring's scope, so :meth:`stop` in a class
 links to that class's method. ``~`` shows the last part of the name only,
-as in Sphinx. Double-backtick literals need nothing: Markdown reads them as
-code already.
+as in Sphinx. A paragraph that ends in ``::`` introduces a literal block,
+as in reStructuredText: the marker becomes one colon (none after a space),
+and the indented block is Markdown's code block already. Double-backtick
+literals need nothing: Markdown reads them as code too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import griffe
 
 ROLE = re.compile(r":(?:class|meth|func|mod|data|attr|exc|obj):`(?P<target>[^`]+)`")
 """A role as the docstrings write it: ``:kind:`target```."""
+
+LITERAL_BLOCK_MARKER = re.compile(r"(?P<space>\s?)::\n(?=\n)")
+"""``::`` ending a paragraph before a blank line: a literal block follows."""
 
 
 def qualified_name(obj: griffe.Object, target: str) -> str:
@@ -49,7 +54,13 @@ def cross_reference(obj: griffe.Object, match: re.Match[str]) -> str:
         target = target[1:]
         shown = target.rpartition(".")[2]
     identifier = html.escape(qualified_name(obj, target), quote=True)
-    return f'<autoref identifier="{identifier}" optional><code>{html.escape(shown)}</code></autoref>'
+    code = f"<code>{html.escape(shown)}</code>"
+    return f'<autoref identifier="{identifier}" optional>{code}</autoref>'
+
+
+def literal_block_marker(match: re.Match[str]) -> str:
+    """``text::`` reads ``text:``; a ``::`` standing after a space goes."""
+    return "\n" if match["space"] else ":\n"
 
 
 class RstRoles(griffe.Extension):
@@ -60,4 +71,5 @@ class RstRoles(griffe.Extension):
         docstring = obj.docstring
         if docstring is None or ":" not in docstring.value:
             return
-        docstring.value = ROLE.sub(lambda match: cross_reference(obj, match), docstring.value)
+        text = ROLE.sub(lambda match: cross_reference(obj, match), docstring.value)
+        docstring.value = LITERAL_BLOCK_MARKER.sub(literal_block_marker, text)

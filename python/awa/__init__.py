@@ -1,14 +1,16 @@
 """awa: a PostgreSQL-backed background job queue for Python with a Rust core.
 
-import awa
-client = awa.AsyncClient("postgresql://…")
+In short::
 
-@client.task(SendEmail, queue="email")
-async def send_email(job: awa.Job[SendEmail]) -> None: ...
+    import awa
+    client = awa.AsyncClient("postgresql://…")
 
-await client.migrate()
-await client.insert(SendEmail(to="a@b.c"))
-await client.start([("email", 8)])
+    @client.task(SendEmail, queue="email")
+    async def send_email(job: awa.Job[SendEmail]) -> None: ...
+
+    await client.migrate()
+    await client.insert(SendEmail(to="a@b.c"))
+    await client.start([("email", 8)])
 """
 
 from awa import events, metrics

@@ -126,3 +126,4 @@ JobEvent: TypeAlias = (
     | Cancelled[Any]
     | Rescued[Any]
 )
+"""Any one of the events above: what a hook registered with ``client.on_event`` receives."""
