@@ -122,6 +122,10 @@ CREATE TABLE awa.jobs (
     rate_class   awa.rate_class,  -- a rate class's shared token budget (migration 0021)
     -- its tenant, for a fair queue's round-robin (migration 0022)
     partition_key awa.partition_key,
+    -- What its attempt last reported, kept across retries; what its handler
+    -- returned (migration 0028).
+    progress     jsonb,
+    result       jsonb,
     -- Every waiting and running state (31: scheduled | available | running |
     -- retryable | waiting_external), or none (0: a duplicate an older awa let
     -- in, which holds its key in no state; see migration 0009).

@@ -10,6 +10,13 @@ due (``flush_batch_size`` rows, or the oldest row has waited
 ``UPDATE … FROM unnest(...)``, one array per column. While a flush is in
 flight new outcomes pile up, so batches grow with load on their own.
 
+Results: what a completing handler returned (JSON text, on the
+:class:`Outcome`) is kept here by job id and goes with its row in the same
+statement, as one more array aligned with the batch; a batch that holds no
+result sends NULL for it, so jobs that return ``None`` cost nothing more.
+A batch that ends a job notifies ``awa_finished`` once (in the statement:
+see ``jobs_finish_batch``), which ``client.result`` listens for.
+
 State model: each row is guarded by ``(id, run_lease, state = 'running')``;
 rows from stale attempts (rescued, or released at shutdown) match nothing
 and are counted in ``stale``.
@@ -133,9 +140,13 @@ class Completer:
         self._health = health
         self._batch = _core.CompletionBatch(batch_size, flush_interval_s, random.getrandbits(64))
         self._observed: dict[int, Pending] = {}
-        # The batch being written, and its observed outcomes, until it commits.
+        # Results of recorded completions (JSON text), by job id.
+        self._results: dict[int, str] = {}
+        # The batch being written, its observed outcomes and its results,
+        # until it commits.
         self._flush: Any = None
         self._flush_observed: dict[int, Pending] = {}
+        self._flush_results: dict[int, str] = {}
         self._finish = db.statement("jobs_finish_batch")
         self._prepare_session = db.statement("jobs_write_prepare_session")
         self._finish_observed = db.statement("jobs_finish_batch_observed")
@@ -155,6 +166,8 @@ class Completer:
     def record(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Buffers one attempt's outcome; it is written with the next batch."""
         self._buffer(job, outcome)
+        if outcome.result is not None:
+            self._results[job.id] = outcome.result
         stage = job._stage
         if (stage is not None and stage.rows is not None) or self._lifecycle.observes_any:
             self._observe(job, outcome)
@@ -213,8 +226,9 @@ class Completer:
                         await self._wait_until_due()
                         self._flush = self._batch.take()
                         self._flush_observed = self._take_observed(self._flush.ids)
+                        self._flush_results = self._take_results(self._flush.ids)
                     await self._write_until_done()
-                    self._flush, self._flush_observed = None, {}
+                    self._flush, self._flush_observed, self._flush_results = None, {}, {}
                 if self._stopping:
                     return
                 await self._wake.wait()
@@ -247,6 +261,20 @@ class Completer:
             return {}
         return {job_id: observed.pop(job_id) for job_id in ids if job_id in observed}
 
+    def _take_results(self, ids: list[int]) -> dict[int, str]:
+        results = self._results
+        if not results:
+            return {}
+        return {job_id: results.pop(job_id) for job_id in ids if job_id in results}
+
+    def _results_column(self, flush: Any) -> list[str | None] | None:
+        """The batch's results aligned with its rows, or None (the whole
+        column NULL) when no row has one: the common case costs nothing."""
+        results = self._flush_results
+        if not results:
+            return None
+        return [results.get(job_id) for job_id in flush.ids]
+
     async def _write_until_done(self) -> None:
         """Writes the batch in flight, retrying on fresh connections until it
         commits (the rows are guarded, so a retry after a commit whose reply
@@ -261,7 +289,9 @@ class Completer:
                 if self._flush_observed:
                     applied = await self._write_observed(connection, flush)
                 else:
-                    status = await self._finish.execute(connection, *flush.array_literals())
+                    status = await self._finish.execute(
+                        connection, *flush.array_literals(), self._results_column(flush)
+                    )
                     applied = affected_rows(status)
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
                 failures += 1
@@ -309,13 +339,17 @@ class Completer:
             if not len(flush):
                 return 0
             if not self._may_insert(observed.values()):
-                changed = await self._finish_observed.fetch(connection, *flush.array_literals())
+                changed = await self._finish_observed.fetch(
+                    connection, *flush.array_literals(), self._results_column(flush)
+                )
                 transitions = self._transitions(changed, observed)
                 follow_ups, inserted = None, None
                 break
             try:
                 async with connection.transaction():
-                    changed = await self._finish_observed.fetch(connection, *flush.array_literals())
+                    changed = await self._finish_observed.fetch(
+                        connection, *flush.array_literals(), self._results_column(flush)
+                    )
                     transitions = self._transitions(changed, observed)
                     follow_ups, inserted = await self._insert_follow_ups_for(
                         connection, transitions, observed
@@ -349,7 +383,8 @@ class Completer:
         for row in changed:
             pending = observed.get(row["id"])
             if pending is not None:
-                transitions.append(pending.transition(pending.job.finished(row)))
+                committed = pending.job.finished(row, self._flush_results.get(row["id"]))
+                transitions.append(pending.transition(committed))
         return transitions
 
     async def _insert_follow_ups_for(
@@ -378,6 +413,7 @@ class Completer:
         job_id = failed.transition.job.id
         pending = self._flush_observed.pop(job_id)
         flush.remove(job_id)
+        self._flush_results.pop(job_id, None)  # it no longer completes
         rounds = pending.replacements = pending.replacements + 1
         message = str(failed)
         log.error("%s; the job's outcome is rolled back and recorded as a failure", message)

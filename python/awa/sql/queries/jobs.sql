@@ -5,7 +5,8 @@
 -- schema_version, rate_class, partition_key (see awa/job.py; jobs_claim
 -- returns attempt_deadline_at and schema_version after callback_timeout_at,
 -- and neither rate_class nor partition_key: a claimed job reads them as
--- NULL). Times are stored as timestamptz and `now()` is always the
+-- NULL). jobs_get and jobs_list add progress and result, jobs_claim adds
+-- progress (read as None where a row lacks them). Times are stored as timestamptz and `now()` is always the
 -- database's clock.
 
 -- name: jobs_insert
@@ -195,7 +196,8 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       progress, result
 FROM awa.jobs
 WHERE id = $1;
 
@@ -207,7 +209,8 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       progress, result
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -252,7 +255,9 @@ SELECT set_config('enable_seqscan', 'off', false);
 -- jobs taken in awa.claims. Returns the job's columns, then
 -- attempt_deadline_at and schema_version; and a row with a NULL id for
 -- each queue a limit held back (its attempt_deadline_at: when to look
--- again).
+-- again). Last, the progress an earlier attempt left (read only for an
+-- attempt after the first or after a crash: a first attempt has none, and
+-- looking it up would cost every claimed job a second read of its row).
 WITH claimed AS MATERIALIZED (
     SELECT * FROM awa.claim_v2($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[])
@@ -262,7 +267,10 @@ WITH claimed AS MATERIALIZED (
     WHERE claimed.id IS NOT NULL
     HAVING count(*) > 0
 )
-SELECT * FROM claimed;
+SELECT claimed.*, CASE WHEN claimed.attempt > 1 OR claimed.crashes > 0
+                       THEN (SELECT jobs.progress FROM awa.jobs WHERE jobs.id = claimed.id)
+                  END AS progress
+FROM claimed;
 
 -- name: jobs_claim_with_settings
 -- jobs_claim as a worker claims: $7 each queue's priority aging interval,
@@ -279,7 +287,10 @@ WITH claimed AS MATERIALIZED (
     WHERE claimed.id IS NOT NULL
     HAVING count(*) > 0
 )
-SELECT * FROM claimed;
+SELECT claimed.*, CASE WHEN claimed.attempt > 1 OR claimed.crashes > 0
+                       THEN (SELECT jobs.progress FROM awa.jobs WHERE jobs.id = claimed.id)
+                  END AS progress
+FROM claimed;
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
@@ -318,7 +329,18 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
 -- of a list on the client, about 1 µs a job; the server parses the text for
 -- less). Each row is
 -- guarded by (id, run_lease, state = 'running'): an outcome from a stale
--- attempt matches nothing. Delays are added to the database's clock.
+-- attempt matches nothing. Delays are added to the database's clock. $7
+-- is each row's result (what a completing handler returned, JSON text) or
+-- NULL for the whole batch when no row has one (unnest pads it with NULLs).
+-- A batch that ends a job (completed, failed, cancelled) notifies
+-- awa_finished once, as it commits.
+WITH ended AS (
+    -- One notification a batch, not one a job, and none for a batch that
+    -- ends no job (client.result waits on it); read from the outcomes, so a
+    -- stale one may wake a waiter for nothing: it reads its job again.
+    SELECT pg_notify('awa_finished', '')
+    WHERE $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+)
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -337,10 +359,12 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
+    result = outcome.result
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error)
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result),
+     (SELECT count(*) FROM ended) AS notified
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -358,6 +382,13 @@ WHERE jobs.id = outcome.id
 -- the outcome changed them (a timestamp costs the worker to decode). The UPDATE is the same text as
 -- jobs_finish_batch; a test keeps them equal. Job.finished reads the columns
 -- by position.
+WITH ended AS (
+    -- One notification a batch, not one a job, and none for a batch that
+    -- ends no job (client.result waits on it); read from the outcomes, so a
+    -- stale one may wake a waiter for nothing: it reads its job again.
+    SELECT pg_notify('awa_finished', '')
+    WHERE $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+)
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -376,10 +407,12 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
+    result = outcome.result
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error)
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result),
+     (SELECT count(*) FROM ended) AS notified
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -1058,3 +1091,36 @@ SELECT count(*) FROM (
       AND (state IN ('running', 'waiting_external', 'retryable')
            OR (state IN ('available', 'scheduled') AND (run_at <= now() OR attempt > 0)))
     LIMIT 100000) AS outstanding;
+
+-- name: jobs_heartbeat_with_progress
+-- A worker's heartbeat ($1, as workers_heartbeat) that also writes the
+-- progress its running attempts reported since the last one: $2 job ids,
+-- $3 their run leases, $4 progress (JSON text), aligned. Each row is
+-- guarded by its run lease and a running (or waiting in place) state, so
+-- an attempt that lost its job writes nothing. Returns the worker's id, or
+-- nothing if its row was removed.
+WITH progressed AS (
+    UPDATE awa.jobs AS jobs
+    SET progress = reported.progress::jsonb
+    FROM unnest($2::bigint[], $3::bigint[], $4::text[]) AS reported(id, run_lease, progress)
+    WHERE jobs.id = reported.id
+      AND jobs.run_lease = reported.run_lease
+      AND jobs.state IN ('running', 'waiting_external')
+    RETURNING jobs.id
+)
+UPDATE awa.workers SET heartbeat_at = now() WHERE id = $1 RETURNING id;
+
+-- name: jobs_set_progress
+-- Writes one attempt's progress now (job.flush_progress), guarded like the
+-- heartbeat's; returns the id, or nothing when the attempt lost its job.
+UPDATE awa.jobs SET progress = $3::jsonb
+WHERE id = $1 AND run_lease = $2 AND state IN ('running', 'waiting_external')
+RETURNING id;
+
+-- name: jobs_result
+-- What client.result needs of one job: its state, its result, and why it
+-- failed (the last error entry's type and message) or was cancelled.
+SELECT state::text AS state, result, failure_reason,
+       errors -> -1 ->> 'type' AS error_type, errors -> -1 ->> 'message' AS error_message
+FROM awa.jobs
+WHERE id = $1;

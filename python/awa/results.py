@@ -1,0 +1,121 @@
+"""Waiting for a job's result: ``client.result(job_id, timeout=...)``.
+
+Overview: the waiter LISTENs on ``awa_finished``, then reads its job once
+(so a job that ended before the LISTEN took hold is not missed), and reads
+it again each time a notification arrives. The completer sends one
+notification per batch that ended a job (completed, failed or cancelled),
+in the statement that writes the batch, never one per job; every waiter
+reads its own job again, one small primary-key read.
+
+Other paths that end a job (a cancel, a callback's resolution, maintenance
+failing a rescued job) do not notify; a waiter therefore also reads its job
+every ``RECHECK_INTERVAL_S``. Behind a pooler in transaction mode without
+``listen_url`` there is no LISTEN at all (as for the worker's notifier):
+the waiter reads its job every ``POLL_INTERVAL_S``.
+
+The LISTEN uses the same connection as the worker's notifier would: a
+direct connection to ``listen_url``, closed afterwards, or one of the pool,
+given back without its listener (its session is reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Final
+
+from awa import _core
+from awa._events import wait_for_event
+from awa.db import release_quietly, session_changed, terminate_quietly
+from awa.errors import JobNotCompleted, JobNotFound, ResultTimeout
+
+if TYPE_CHECKING:
+    from awa.db import Database
+
+log = logging.getLogger("awa.results")
+
+#: What the completer notifies when a batch it wrote ended a job.
+CHANNEL: Final = "awa_finished"
+#: How often a listening waiter reads its job without a notification (for
+#: the paths that end a job without notifying).
+RECHECK_INTERVAL_S: Final = 5.0
+#: How often a waiter that cannot LISTEN (pooler, no listen_url) reads its job.
+POLL_INTERVAL_S: Final = 0.5
+
+_ENDED_OTHERWISE: Final = frozenset({"failed", "cancelled"})
+
+
+async def wait_for_result(db: Database, job_id: int, timeout_s: float | None) -> Any:
+    """The result of job ``job_id`` once it completed (see
+    ``AsyncClient.result``)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+    woken = asyncio.Event()
+    async with _listening(db, woken) as listening:
+        interval_s = RECHECK_INTERVAL_S if listening else POLL_INTERVAL_S
+        while True:
+            woken.clear()
+            row = await db.fetchrow("jobs_result", job_id)
+            if row is None:
+                raise JobNotFound(job_id)
+            if row["state"] == "completed":
+                raw = row["result"]
+                return None if raw is None else _core.decode_json(raw)
+            if row["state"] in _ENDED_OTHERWISE:
+                raise _not_completed(job_id, row)
+            wait_s = interval_s
+            if deadline is not None:
+                left_s = deadline - loop.time()
+                if left_s <= 0:
+                    assert timeout_s is not None
+                    raise ResultTimeout(job_id, timeout_s, row["state"])
+                wait_s = min(wait_s, left_s)
+            await wait_for_event(woken, wait_s)
+
+
+def _not_completed(job_id: int, row: Any) -> JobNotCompleted:
+    error_type, message = row["error_type"], row["error_message"]
+    if row["state"] == "cancelled":
+        error = message or ""
+    else:
+        error = f"{error_type}: {message}" if error_type else ""
+    return JobNotCompleted(job_id, row["state"], row["failure_reason"], error)
+
+
+@contextlib.asynccontextmanager
+async def _listening(db: Database, woken: asyncio.Event) -> AsyncIterator[bool]:
+    """LISTENs on :data:`CHANNEL` for the block, setting ``woken`` on each
+    notification; yields whether it listens (not behind a pooler without
+    ``listen_url``)."""
+    if db.poll_only:
+        yield False
+        return
+
+    def notified(_connection: Any, _pid: int, _channel: str, _payload: str) -> None:
+        woken.set()
+
+    connection, pooled = await db.listen_connection()
+    try:
+        if pooled:
+            session_changed(connection)  # the LISTEN is undone when it goes back
+        await connection.add_listener(CHANNEL, notified)
+        yield True
+    finally:
+        await _let_go(db, connection, pooled, notified)
+
+
+async def _let_go(db: Database, connection: Any, pooled: bool, listener: Any) -> None:
+    """Closes a direct connection; gives a pooled one back without the
+    listener (a connection that cannot drop it is closed instead)."""
+    if not pooled:
+        terminate_quietly(connection)
+        return
+    try:
+        await connection.remove_listener(CHANNEL, listener)
+    except Exception:  # noqa: BLE001 - a connection that cannot unlisten is not reused
+        log.debug("removing the result listener failed", exc_info=True)
+        terminate_quietly(connection)
+        return
+    await release_quietly(db.pool, connection)

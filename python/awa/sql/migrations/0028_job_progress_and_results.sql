@@ -1,0 +1,21 @@
+-- awa schema, version 28: a job's progress and its result.
+--
+-- - progress: what the running attempt last reported (percent, message,
+--   data), written by the worker's heartbeat (batched) or by
+--   `await job.flush_progress()`, guarded by the run lease. A retry keeps
+--   it: the next attempt starts from it.
+-- - result: what the handler returned (JSON), written by the completion
+--   that completes the job, in the same statement.
+--
+-- Both are columns of awa.jobs rather than a side table. A completion
+-- writes a new version of the job's row anyway, so a result costs no
+-- second write and no second table to clean up (retention deletes it with
+-- the job); a NULL costs one bit of the row's null bitmap, which every row
+-- already has (metadata, errors and others are nullable), so a job that
+-- returns None is exactly as wide as before. No index reads either column,
+-- so the updates that write them stay HOT. A side table would have made
+-- every claim join it to read a retried attempt's progress and every
+-- deletion of jobs reach into it; progress is written at most once a
+-- heartbeat interval per job, and only by jobs that report it.
+
+ALTER TABLE awa.jobs ADD COLUMN progress jsonb, ADD COLUMN result jsonb;
