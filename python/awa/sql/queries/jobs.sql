@@ -488,9 +488,12 @@ WITH parked AS (
 ), told AS (
     -- A handler waiting in place, or still running (early), lost the job.
     SELECT pg_notify('awa_control', 'lost:' || id) FROM resolved
+), ended AS (
+    -- client.result waiters read their job again.
+    SELECT pg_notify('awa_finished', '') FROM resolved WHERE state IN ('completed', 'failed')
 )
 SELECT resolved.*, (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM told) AS told
+       (SELECT count(*) FROM told) AS told, (SELECT count(*) FROM ended) AS ended
 FROM resolved;
 
 -- name: jobs_park_in_place
@@ -734,8 +737,12 @@ WITH target AS (
     SELECT pg_notify('awa_control', 'cancel:' || id)
     FROM cancelled
     WHERE previous_state IN ('running', 'waiting_external')
+), ended AS (
+    -- client.result waiters read their job again (one notification).
+    SELECT pg_notify('awa_finished', '') FROM (SELECT 1 FROM cancelled LIMIT 1) AS any_cancelled
 )
-SELECT cancelled.*, (SELECT count(*) FROM told) AS told FROM cancelled ORDER BY id;
+SELECT cancelled.*, (SELECT count(*) FROM told) AS told, (SELECT count(*) FROM ended) AS ended
+FROM cancelled ORDER BY id;
 
 -- name: jobs_ids_by_unique_key
 -- Unfinished jobs inserted with this unique key.
