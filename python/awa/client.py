@@ -1299,7 +1299,9 @@ class AsyncClient:
             return self._job(row, include_payload)
         return self._typed_job(row, args_type, include_payload)
 
-    async def result(self, job_id: int, *, timeout: float | datetime.timedelta | None = None) -> Any:
+    async def result(
+        self, job_id: int, *, timeout: float | datetime.timedelta | None = None
+    ) -> Any:
         """Waits until the job ends and returns its result: what its handler
         returned, decoded from the JSON stored (``None`` if it returned
         ``None`` or a callback completed it). Returns at once for a job that

@@ -265,8 +265,7 @@ class ResultTimeout(AwaError, TimeoutError):
 
     def __init__(self, job_id: int, timeout_s: float, state: str) -> None:
         super().__init__(
-            f"job {job_id} did not end within {timeout_s:g}s (it is {state}); "
-            "nothing was changed"
+            f"job {job_id} did not end within {timeout_s:g}s (it is {state}); nothing was changed"
         )
         self.job_id = job_id
         self.timeout_s = timeout_s

@@ -7,9 +7,9 @@ notification per batch that ended a job (completed, failed or cancelled),
 in the statement that writes the batch, never one per job; every waiter
 reads its own job again, one small primary-key read.
 
-Other paths that end a job (a cancel, a callback's resolution, maintenance
-failing a rescued job) do not notify; a waiter therefore also reads its job
-every ``RECHECK_INTERVAL_S``. Behind a pooler in transaction mode without
+A cancel and a callback's resolution notify the same channel. Maintenance
+(a rescue or a callback timeout that fails a job, retention) does not; a
+waiter therefore also reads its job every ``RECHECK_INTERVAL_S``. Behind a pooler in transaction mode without
 ``listen_url`` there is no LISTEN at all (as for the worker's notifier):
 the waiter reads its job every ``POLL_INTERVAL_S``.
 
@@ -39,7 +39,7 @@ log = logging.getLogger("awa.results")
 #: What the completer notifies when a batch it wrote ended a job.
 CHANNEL: Final = "awa_finished"
 #: How often a listening waiter reads its job without a notification (for
-#: the paths that end a job without notifying).
+#: maintenance, which ends jobs without notifying).
 RECHECK_INTERVAL_S: Final = 5.0
 #: How often a waiter that cannot LISTEN (pooler, no listen_url) reads its job.
 POLL_INTERVAL_S: Final = 0.5
@@ -114,7 +114,7 @@ async def _let_go(db: Database, connection: Any, pooled: bool, listener: Any) ->
         return
     try:
         await connection.remove_listener(CHANNEL, listener)
-    except Exception:  # noqa: BLE001 - a connection that cannot unlisten is not reused
+    except Exception:  # a connection that cannot unlisten is not reused
         log.debug("removing the result listener failed", exc_info=True)
         terminate_quietly(connection)
         return

@@ -201,9 +201,7 @@ async def test_result_of_a_job_whose_attempts_ran_out_says_so(client, conn):
     assert raised.value.error == "ValueError: flaky"
 
 
-async def test_a_waiter_learns_at_once_that_its_job_was_cancelled(
-    client, conn, only_notifications
-):
+async def test_a_waiter_learns_at_once_that_its_job_was_cancelled(client, conn, only_notifications):
     job = await client.insert(Work())
     waiting = asyncio.create_task(client.result(job.id, timeout=WAIT_S))
     for _ in range(20):

@@ -20,7 +20,6 @@ written; hooks and follow-ups see its ``event``.
 
 from __future__ import annotations
 
-import logging
 import traceback
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -32,8 +31,6 @@ from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 if TYPE_CHECKING:
     from awa._core import _OutcomeCode as Code
     from awa.worker.attempt import RunningJob
-
-log = logging.getLogger("awa.executor")
 
 TRACEBACK_LINES: Final = 40
 #: Snooze is a reschedule, not an outcome: no event, no follow-ups.
