@@ -250,3 +250,24 @@ async def test_the_completed_event_carries_the_result(client, conn):
     [event] = await eventually(completed)
     assert event.result == {"doubled": 8}
     assert event.job.result == {"doubled": 8}
+
+
+async def test_behind_a_pooler_without_listen_url_result_reads_the_job_until_it_ends(
+    client, conn, database_url, start_pgbouncer, only_notifications
+):
+    """No LISTEN through PgBouncer in transaction mode: the waiter reads its
+    job every POLL_INTERVAL_S instead (the notifications are not heard)."""
+    bouncer = start_pgbouncer(database_url)
+
+    @client.task(Work)
+    async def handler(job: awa.Job[Work]) -> int:
+        return job.args.n + 1
+
+    job = await client.insert(Work(n=1))
+    async with awa.AsyncClient(bouncer.url, pooler="transaction") as polling:
+        waiting = asyncio.create_task(polling.result(job.id, timeout=WAIT_S))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        await client.start([("default", 2)], **FAST_WORKER)
+        assert await waiting == 2
