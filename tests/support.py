@@ -122,10 +122,10 @@ def finish_params(
     errors: Sequence[str | None] | None = None,
 ) -> tuple[str | None, ...]:
     """The parameters of ``jobs_finish_batch`` for these outcomes: its six
-    columns, and no results (NULL)."""
+    columns, then no results and no progress (NULL)."""
     n = len(ids)
     columns = (ids, leases, states, delays or [None] * n, refunds or [0] * n, errors or [None] * n)
-    return (*(array_literal(column) for column in columns), None)
+    return (*(array_literal(column) for column in columns), None, None)
 
 
 async def start_leading(client: awa.AsyncClient) -> Any:

@@ -63,7 +63,7 @@ def finish_args(finish_sql: str, rows: list[Any]) -> list[Any]:
 
     literals: list[Any] = [literal(column) for column in columns]
     if "$7::text[]" in finish_sql:
-        literals.append(None)  # no results (this tree from migration 28 on)
+        literals += [None, None]  # no results, no progress (from migration 28 on)
     return literals
 
 

@@ -192,3 +192,26 @@ async def test_a_report_that_cannot_be_stored_raises_progress_error_and_keeps_no
     assert isinstance(error, awa.ValidationError)
     assert error.field == field, error
     assert kept == [Progress(5.0, "fine", {})]
+
+
+async def test_the_last_report_is_written_with_the_outcome_without_a_beat(client, conn):
+    seen: list[Progress | None] = []
+
+    @client.task(Work)
+    async def handler(job: awa.Job[Any]) -> str:
+        seen.append(job.progress)
+        if job.attempt == 1:
+            job.set_progress(30, "first")
+            raise ValueError("try again")
+        job.set_progress(100, "done", items=3)
+        return "ok"
+
+    job = await client.insert(Work())
+    await client.start([("default", 2)], **NO_BEATS)
+    assert await client.result(job.id, timeout=WAIT_S) == "ok"
+    assert seen == [None, Progress(30.0, "first", {})]
+    assert await stored_progress(conn, job.id) == {
+        "percent": 100.0,
+        "message": "done",
+        "data": {"items": 3},
+    }

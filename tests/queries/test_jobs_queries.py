@@ -560,6 +560,6 @@ async def test_an_outcome_write_planned_on_an_empty_table_still_reads_jobs_by_in
     # The same for the completer's batch: 2.1 s a flush at 200 000 rows.
     plan = await plan_after_growth(
         database_url, "jobs_write_prepare_session", "jobs_finish_batch",
-        "'{1}', '{1}', '{completed}', '{NULL}', '{0}', '{NULL}', NULL",
+        "'{1}', '{1}', '{completed}', '{NULL}', '{0}', '{NULL}', NULL, NULL",
     )  # fmt: skip
     assert "Seq Scan on jobs" not in plan, plan

@@ -14,6 +14,9 @@ Results: what a completing handler returned (JSON text, on the
 :class:`Outcome`) is kept here by job id and goes with its row in the same
 statement, as one more array aligned with the batch; a batch that holds no
 result sends NULL for it, so jobs that return ``None`` cost nothing more.
+The same goes for progress the attempt reported and no heartbeat wrote yet
+(taken from the worker's :class:`~awa.worker.progress.ProgressBuffer`): its
+last report is written with its outcome, whatever the outcome.
 A batch that ends a job notifies ``awa_finished`` once (in the statement:
 see ``jobs_finish_batch``), which ``client.result`` listens for.
 
@@ -57,6 +60,7 @@ from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBAC
 from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
 from awa.worker.outcome import SNOOZED, Outcome
+from awa.worker.progress import progress_buffer
 
 if TYPE_CHECKING:
     from awa._core import _OutcomeCode
@@ -140,13 +144,17 @@ class Completer:
         self._health = health
         self._batch = _core.CompletionBatch(batch_size, flush_interval_s, random.getrandbits(64))
         self._observed: dict[int, Pending] = {}
-        # Results of recorded completions (JSON text), by job id.
+        # Results of recorded completions, and the progress of recorded
+        # outcomes that no heartbeat wrote yet (JSON text), by job id.
         self._results: dict[int, str] = {}
-        # The batch being written, its observed outcomes and its results,
-        # until it commits.
+        self._progress: dict[int, str] = {}
+        self._progress_buffer = progress_buffer(db)
+        # The batch being written, its observed outcomes, results and
+        # progress, until it commits.
         self._flush: Any = None
         self._flush_observed: dict[int, Pending] = {}
         self._flush_results: dict[int, str] = {}
+        self._flush_progress: dict[int, str] = {}
         self._finish = db.statement("jobs_finish_batch")
         self._prepare_session = db.statement("jobs_write_prepare_session")
         self._finish_observed = db.statement("jobs_finish_batch_observed")
@@ -168,6 +176,8 @@ class Completer:
         self._buffer(job, outcome)
         if outcome.result is not None:
             self._results[job.id] = outcome.result
+        if job._progress_json is not None:  # it reported, or a retry inherited a report
+            self._take_unwritten_progress(job)
         stage = job._stage
         if (stage is not None and stage.rows is not None) or self._lifecycle.observes_any:
             self._observe(job, outcome)
@@ -179,6 +189,13 @@ class Completer:
             outcome.message, outcome.traceback,
         )  # fmt: skip
         self._wake.set()
+
+    def _take_unwritten_progress(self, job: RunningJob[Any]) -> None:
+        """Moves the attempt's last report, if no heartbeat wrote it yet, from
+        the heartbeat's buffer to this outcome's row."""
+        pending = self._progress_buffer.take(job.id)
+        if pending is not None and pending[0] == job.run_lease:
+            self._progress[job.id] = pending[1]
 
     def _observe(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Keeps what hooks and follow-ups will need once the outcome commits;
@@ -226,9 +243,11 @@ class Completer:
                         await self._wait_until_due()
                         self._flush = self._batch.take()
                         self._flush_observed = self._take_observed(self._flush.ids)
-                        self._flush_results = self._take_results(self._flush.ids)
+                        self._flush_results = _take(self._results, self._flush.ids)
+                        self._flush_progress = _take(self._progress, self._flush.ids)
                     await self._write_until_done()
-                    self._flush, self._flush_observed, self._flush_results = None, {}, {}
+                    self._flush, self._flush_observed = None, {}
+                    self._flush_results, self._flush_progress = {}, {}
                 if self._stopping:
                     return
                 await self._wake.wait()
@@ -261,19 +280,11 @@ class Completer:
             return {}
         return {job_id: observed.pop(job_id) for job_id in ids if job_id in observed}
 
-    def _take_results(self, ids: list[int]) -> dict[int, str]:
-        results = self._results
-        if not results:
-            return {}
-        return {job_id: results.pop(job_id) for job_id in ids if job_id in results}
-
-    def _results_column(self, flush: Any) -> list[str | None] | None:
-        """The batch's results aligned with its rows, or None (the whole
-        column NULL) when no row has one: the common case costs nothing."""
-        results = self._flush_results
-        if not results:
-            return None
-        return [results.get(job_id) for job_id in flush.ids]
+    def _json_columns(self, flush: Any) -> tuple[list[str | None] | None, ...]:
+        """The batch's results and progress, each aligned with its rows, or
+        None (the whole column NULL) when no row has one: the common case
+        costs nothing."""
+        return _column(self._flush_results, flush), _column(self._flush_progress, flush)
 
     async def _write_until_done(self) -> None:
         """Writes the batch in flight, retrying on fresh connections until it
@@ -290,7 +301,7 @@ class Completer:
                     applied = await self._write_observed(connection, flush)
                 else:
                     status = await self._finish.execute(
-                        connection, *flush.array_literals(), self._results_column(flush)
+                        connection, *flush.array_literals(), *self._json_columns(flush)
                     )
                     applied = affected_rows(status)
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
@@ -340,7 +351,7 @@ class Completer:
                 return 0
             if not self._may_insert(observed.values()):
                 changed = await self._finish_observed.fetch(
-                    connection, *flush.array_literals(), self._results_column(flush)
+                    connection, *flush.array_literals(), *self._json_columns(flush)
                 )
                 transitions = self._transitions(changed, observed)
                 follow_ups, inserted = None, None
@@ -348,7 +359,7 @@ class Completer:
             try:
                 async with connection.transaction():
                     changed = await self._finish_observed.fetch(
-                        connection, *flush.array_literals(), self._results_column(flush)
+                        connection, *flush.array_literals(), *self._json_columns(flush)
                     )
                     transitions = self._transitions(changed, observed)
                     follow_ups, inserted = await self._insert_follow_ups_for(
@@ -414,6 +425,9 @@ class Completer:
         pending = self._flush_observed.pop(job_id)
         flush.remove(job_id)
         self._flush_results.pop(job_id, None)  # it no longer completes
+        progress = self._flush_progress.pop(job_id, None)
+        if progress is not None:
+            self._progress[job_id] = progress
         rounds = pending.replacements = pending.replacements + 1
         message = str(failed)
         log.error("%s; the job's outcome is rolled back and recorded as a failure", message)
@@ -427,3 +441,16 @@ class Completer:
         pending.discard_staged("follow-up failed")
         self._observed[job_id] = pending
         self._buffer(pending.job, pending.outcome)
+
+
+def _take(by_id: dict[int, str], ids: list[int]) -> dict[int, str]:
+    """The entries of ``ids``, taken out of ``by_id``."""
+    if not by_id:
+        return {}
+    return {job_id: by_id.pop(job_id) for job_id in ids if job_id in by_id}
+
+
+def _column(by_id: dict[int, str], flush: Any) -> list[str | None] | None:
+    if not by_id:
+        return None
+    return [by_id.get(job_id) for job_id in flush.ids]

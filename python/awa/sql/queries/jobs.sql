@@ -331,7 +331,9 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
 -- guarded by (id, run_lease, state = 'running'): an outcome from a stale
 -- attempt matches nothing. Delays are added to the database's clock. $7
 -- is each row's result (what a completing handler returned, JSON text) or
--- NULL for the whole batch when no row has one (unnest pads it with NULLs).
+-- NULL for the whole batch when no row has one (unnest pads it with NULLs);
+-- $8 likewise, the progress an attempt reported and no heartbeat wrote yet
+-- (NULL keeps the job's).
 -- A batch that ends a job (completed, failed, cancelled) notifies
 -- awa_finished once, as it commits.
 WITH ended AS (
@@ -360,10 +362,11 @@ SET state = outcome.state::awa.job_state,
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
     failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
-    result = outcome.result
+    result = outcome.result,
+    progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error, result),
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress),
      (SELECT count(*) FROM ended) AS notified
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
@@ -408,10 +411,11 @@ SET state = outcome.state::awa.job_state,
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
     failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
-    result = outcome.result
+    result = outcome.result,
+    progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error, result),
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress),
      (SELECT count(*) FROM ended) AS notified
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
