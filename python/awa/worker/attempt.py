@@ -189,7 +189,8 @@ class RunningJob(Job[T_co]):
 
         Nothing is written now: the worker's next heartbeat writes the latest
         report of every job it runs in its one statement (or call
-        :meth:`flush_progress`). :attr:`progress` shows it at once. The
+        :meth:`flush_progress`); a report no beat wrote goes with the
+        attempt's outcome. :attr:`progress` shows it at once. The
         report outlives this attempt: a retry starts from it. Raises
         :class:`awa.errors.ProgressError` (a ``ValidationError``) naming the
         value that cannot be stored; nothing is kept then.
