@@ -9,9 +9,10 @@ reads its own job again, one small primary-key read.
 
 A cancel and a callback's resolution notify the same channel. Maintenance
 (a rescue or a callback timeout that fails a job, retention) does not; a
-waiter therefore also reads its job every ``RECHECK_INTERVAL_S``. Behind a pooler in transaction mode without
-``listen_url`` there is no LISTEN at all (as for the worker's notifier):
-the waiter reads its job every ``POLL_INTERVAL_S``.
+waiter therefore also reads its job every ``RECHECK_INTERVAL_S``. Behind a
+pooler in transaction mode without ``listen_url`` there is no LISTEN at
+all (as for the worker's notifier): the waiter reads its job every
+``POLL_INTERVAL_S``.
 
 The LISTEN uses the same connection as the worker's notifier would: a
 direct connection to ``listen_url``, closed afterwards, or one of the pool,
