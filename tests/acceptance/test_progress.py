@@ -215,3 +215,37 @@ async def test_the_last_report_is_written_with_the_outcome_without_a_beat(client
         "message": "done",
         "data": {"items": 3},
     }
+
+
+async def test_a_beat_skips_a_job_row_another_transaction_holds_and_the_outcome_writes_it(
+    client, conn
+):
+    reported, release = asyncio.Event(), asyncio.Event()
+
+    @client.task(Work)
+    async def handler(job: awa.Job[Any]) -> None:
+        job.set_progress(60, "locked out")
+        reported.set()
+        await release.wait()
+
+    job = await client.insert(Work())
+    await client.start([("default", 2)], **FAST_WORKER)
+    await asyncio.wait_for(reported.wait(), WAIT_S)
+    worker = client.worker
+    assert worker is not None
+    async with conn.transaction():  # as the completer holds a row it writes
+        await conn.execute("SELECT 1 FROM awa.jobs WHERE id = $1 FOR UPDATE", job.id)
+        beats = worker.heartbeat.beats
+
+        async def beating_on() -> bool:  # beats neither wait nor fail
+            return worker.heartbeat.beats >= beats + 3
+
+        await eventually(beating_on, timeout=WAIT_S)
+        assert await stored_progress(conn, job.id) is None
+    release.set()
+    await wait_for_state(conn, job.id, "completed")
+    assert await stored_progress(conn, job.id) == {
+        "percent": 60.0,
+        "message": "locked out",
+        "data": {},
+    }

@@ -38,12 +38,15 @@ class RunningJob(Job[T_co]):
     :meth:`wait_for_callback`, :meth:`is_cancelled`, :meth:`set_progress`,
     :meth:`flush_progress`)."""
 
-    __slots__ = ("_control", "_db", "_progress_buffer", "_stage")
+    __slots__ = ("_control", "_db", "_progress_buffer", "_reported", "_stage")
 
     _stage: FollowUpStage | None
     _db: Database | None
     _control: JobControl | None
     _progress_buffer: ProgressBuffer | None
+    #: Whether this attempt called set_progress (its outcome then carries
+    #: the last report).
+    _reported: bool
 
     @classmethod
     def claimed(
@@ -69,6 +72,7 @@ class RunningJob(Job[T_co]):
         job._db = db
         job._control = control
         job._progress_buffer = progress
+        job._reported = False
         job.__class__ = cls  # sealed
         return job
 
@@ -189,7 +193,7 @@ class RunningJob(Job[T_co]):
 
         Nothing is written now: the worker's next heartbeat writes the latest
         report of every job it runs in its one statement (or call
-        :meth:`flush_progress`); a report no beat wrote goes with the
+        :meth:`flush_progress`); the last report also goes with the
         attempt's outcome. :attr:`progress` shows it at once. The
         report outlives this attempt: a retry starts from it. Raises
         :class:`awa.errors.ProgressError` (a ``ValidationError``) naming the
@@ -197,6 +201,7 @@ class RunningJob(Job[T_co]):
         """
         text = progress_json(percent, message, data)
         _set(self, "_progress_json", text)
+        _set(self, "_reported", True)
         if self._progress_buffer is not None:
             self._progress_buffer.put(self.id, self.run_lease, text)
 

@@ -14,9 +14,10 @@ Results: what a completing handler returned (JSON text, on the
 :class:`Outcome`) is kept here by job id and goes with its row in the same
 statement, as one more array aligned with the batch; a batch that holds no
 result sends NULL for it, so jobs that return ``None`` cost nothing more.
-The same goes for progress the attempt reported and no heartbeat wrote yet
-(taken from the worker's :class:`~awa.worker.progress.ProgressBuffer`): its
-last report is written with its outcome, whatever the outcome.
+The same goes for the last progress report of an attempt that made one: it
+is written with its outcome, whatever the outcome, so a report no beat wrote
+(or one a beat skipped, see ``jobs_heartbeat_with_progress``) is not lost;
+it leaves the heartbeat's :class:`~awa.worker.progress.ProgressBuffer`.
 A batch that ends a job notifies ``awa_finished`` once (in the statement:
 see ``jobs_finish_batch``), which ``client.result`` listens for.
 
@@ -176,8 +177,8 @@ class Completer:
         self._buffer(job, outcome)
         if outcome.result is not None:
             self._results[job.id] = outcome.result
-        if job._progress_json is not None:  # it reported, or a retry inherited a report
-            self._take_unwritten_progress(job)
+        if job._reported:
+            self._take_last_report(job)
         stage = job._stage
         if (stage is not None and stage.rows is not None) or self._lifecycle.observes_any:
             self._observe(job, outcome)
@@ -190,12 +191,12 @@ class Completer:
         )  # fmt: skip
         self._wake.set()
 
-    def _take_unwritten_progress(self, job: RunningJob[Any]) -> None:
-        """Moves the attempt's last report, if no heartbeat wrote it yet, from
-        the heartbeat's buffer to this outcome's row."""
-        pending = self._progress_buffer.take(job.id)
-        if pending is not None and pending[0] == job.run_lease:
-            self._progress[job.id] = pending[1]
+    def _take_last_report(self, job: RunningJob[Any]) -> None:
+        """The attempt's last report goes with its outcome; the heartbeat
+        need not write it."""
+        self._progress_buffer.take(job.id)
+        if job._progress_json is not None:
+            self._progress[job.id] = job._progress_json
 
     def _observe(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Keeps what hooks and follow-ups will need once the outcome commits;

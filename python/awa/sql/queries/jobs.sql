@@ -1108,15 +1108,24 @@ SELECT count(*) FROM (
 -- progress its running attempts reported since the last one: $2 job ids,
 -- $3 their run leases, $4 progress (JSON text), aligned. Each row is
 -- guarded by its run lease and a running (or waiting in place) state, so
--- an attempt that lost its job writes nothing. Returns the worker's id, or
--- nothing if its row was removed.
-WITH progressed AS (
+-- an attempt that lost its job writes nothing. A row another transaction
+-- is writing (its outcome, a flush_progress, a cancel) is skipped, not
+-- waited for: the beat never waits on, or deadlocks with, the completer,
+-- whose outcome carries the attempt's last report anyway. Returns the
+-- worker's id, or nothing if its row was removed.
+WITH reported AS (
+    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[]) AS r(id, run_lease, progress)
+), held AS (
+    SELECT jobs.id FROM awa.jobs
+    JOIN reported ON jobs.id = reported.id AND jobs.run_lease = reported.run_lease
+    WHERE jobs.state IN ('running', 'waiting_external')
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs SKIP LOCKED
+), progressed AS (
     UPDATE awa.jobs AS jobs
     SET progress = reported.progress::jsonb
-    FROM unnest($2::bigint[], $3::bigint[], $4::text[]) AS reported(id, run_lease, progress)
-    WHERE jobs.id = reported.id
-      AND jobs.run_lease = reported.run_lease
-      AND jobs.state IN ('running', 'waiting_external')
+    FROM held JOIN reported ON reported.id = held.id
+    WHERE jobs.id = held.id
     RETURNING jobs.id
 )
 UPDATE awa.workers SET heartbeat_at = now() WHERE id = $1 RETURNING id;
