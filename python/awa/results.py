@@ -1,11 +1,19 @@
 """Waiting for a job's result: ``client.result(job_id, timeout=...)``.
 
-Overview: the waiter LISTENs on ``awa_finished``, then reads its job once
-(so a job that ended before the LISTEN took hold is not missed), and reads
-it again each time a notification arrives. The completer sends one
-notification per batch that ended a job (completed, failed or cancelled),
-in the statement that writes the batch, never one per job; every waiter
-reads its own job again, one small primary-key read.
+Overview: the waiter LISTENs on ``awa_finished``, registers in
+``awa.result_waiters``, then reads its job once (so a job that ended before
+it registered is not missed), and reads it again each time a notification
+arrives. The completer sends one notification per batch that ended a job
+(completed, failed or cancelled) that has a waiter, in the statement that
+writes the batch, never one per job, and none for the batches nobody waits
+on: a notification wakes every LISTENing backend of the database (each
+worker's notifier too), which is worth paying only for a waiter. Every
+waiter reads its own job again, one small primary-key read.
+
+A batch checks for waiters once its update is done, with a snapshot of its
+own (``awa.result_awaited_v1``); the waiter reads its job ``FOR SHARE``, so
+a batch that wrote the job before the waiter registered is waited for and
+seen. No completion slips between the two.
 
 A cancel and a callback's resolution notify the same channel. Maintenance
 (a rescue or a callback timeout that fails a job, retention) does not; a
@@ -51,29 +59,31 @@ _ENDED_OTHERWISE: Final = frozenset({"failed", "cancelled"})
 async def wait_for_result(db: Database, job_id: int, timeout_s: float | None) -> Any:
     """The result of job ``job_id`` once it completed (see
     ``AsyncClient.result``)."""
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout_s is None else loop.time() + timeout_s
+    seen = ["unknown"]  # the job's state as last read, for the timeout's message
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _wait(db, job_id, seen)
+    except TimeoutError:
+        assert timeout_s is not None
+        raise ResultTimeout(job_id, timeout_s, seen[0]) from None
+
+
+async def _wait(db: Database, job_id: int, seen: list[str]) -> Any:
     woken = asyncio.Event()
-    async with _listening(db, woken) as listening:
+    async with _listening(db, woken) as listening, _registered(db, job_id, listening):
         interval_s = RECHECK_INTERVAL_S if listening else POLL_INTERVAL_S
         while True:
             woken.clear()
             row = await db.fetchrow("jobs_result", job_id)
             if row is None:
                 raise JobNotFound(job_id)
-            if row["state"] == "completed":
+            state = seen[0] = row["state"]
+            if state == "completed":
                 raw = row["result"]
                 return None if raw is None else _core.decode_json(raw)
-            if row["state"] in _ENDED_OTHERWISE:
+            if state in _ENDED_OTHERWISE:
                 raise _not_completed(job_id, row)
-            wait_s = interval_s
-            if deadline is not None:
-                left_s = deadline - loop.time()
-                if left_s <= 0:
-                    assert timeout_s is not None
-                    raise ResultTimeout(job_id, timeout_s, row["state"])
-                wait_s = min(wait_s, left_s)
-            await wait_for_event(woken, wait_s)
+            await wait_for_event(woken, interval_s)
 
 
 def _not_completed(job_id: int, row: Any) -> JobNotCompleted:
@@ -105,6 +115,20 @@ async def _listening(db: Database, woken: asyncio.Event) -> AsyncIterator[bool]:
         yield True
     finally:
         await _let_go(db, connection, pooled, notified)
+
+
+@contextlib.asynccontextmanager
+async def _registered(db: Database, job_id: int, listening: bool) -> AsyncIterator[None]:
+    """Registers the waiter for the block, so that batches ending its job
+    notify (only while it listens: otherwise no one would hear them)."""
+    if not listening:
+        yield
+        return
+    waiter = await db.fetchval("result_waiters_add", job_id)
+    try:
+        yield
+    finally:
+        await asyncio.shield(db.execute("result_waiters_remove", job_id, waiter))
 
 
 async def _let_go(db: Database, connection: Any, pooled: bool, listener: Any) -> None:

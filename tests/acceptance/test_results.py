@@ -271,3 +271,23 @@ async def test_behind_a_pooler_without_listen_url_result_reads_the_job_until_it_
         assert not waiting.done()
         await client.start([("default", 2)], **FAST_WORKER)
         assert await waiting == 2
+
+
+async def test_a_waiter_registers_while_it_waits_and_leaves_no_row_behind(client, conn):
+    @client.task(Work)
+    async def handler(job: awa.Job[Work]) -> int:
+        return 1
+
+    job = await client.insert(Work())
+    waiting = asyncio.create_task(client.result(job.id, timeout=WAIT_S))
+
+    async def registered() -> bool:
+        return bool(await conn.fetchval("SELECT count(*) FROM awa.result_waiters"))
+
+    await eventually(registered, timeout=WAIT_S)
+    await client.start([("default", 2)], **FAST_WORKER)
+    assert await waiting == 1
+    other = await client.insert(Work(), run_at=None, queue="nobody_works_here")
+    with pytest.raises(ResultTimeout):
+        await client.result(other.id, timeout=0.2)
+    assert await conn.fetchval("SELECT count(*) FROM awa.result_waiters") == 0

@@ -18,8 +18,9 @@ The same goes for the last progress report of an attempt that made one: it
 is written with its outcome, whatever the outcome, so a report no beat wrote
 (or one a beat skipped, see ``jobs_heartbeat_with_progress``) is not lost;
 it leaves the heartbeat's :class:`~awa.worker.progress.ProgressBuffer`.
-A batch that ends a job notifies ``awa_finished`` once (in the statement:
-see ``jobs_finish_batch``), which ``client.result`` listens for.
+A batch that ends a job someone waits for (``client.result``, registered in
+``awa.result_waiters``) notifies ``awa_finished`` once, in the statement
+(see ``jobs_finish_batch``); batches nobody waits on notify nothing.
 
 State model: each row is guarded by ``(id, run_lease, state = 'running')``;
 rows from stale attempts (rescued, or released at shutdown) match nothing
@@ -55,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import Database, affected_rows, release_quietly
+from awa.db import Database, release_quietly
 from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
@@ -301,10 +302,9 @@ class Completer:
                 if self._flush_observed:
                     applied = await self._write_observed(connection, flush)
                 else:
-                    status = await self._finish.execute(
+                    applied = await self._finish.fetchval(
                         connection, *flush.array_literals(), *self._json_columns(flush)
                     )
-                    applied = affected_rows(status)
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
                 failures += 1
                 self.last_error = error

@@ -332,17 +332,12 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
 -- attempt matches nothing. Delays are added to the database's clock. $7
 -- is each row's result (what a completing handler returned, JSON text) or
 -- NULL for the whole batch when no row has one (unnest pads it with NULLs);
--- $8 likewise, the progress an attempt reported and no heartbeat wrote yet
--- (NULL keeps the job's).
--- A batch that ends a job (completed, failed, cancelled) notifies
--- awa_finished once, as it commits.
-WITH ended AS (
-    -- One notification a batch, not one a job, and none for a batch that
-    -- ends no job (client.result waits on it); read from the outcomes, so a
-    -- stale one may wake a waiter for nothing: it reads its job again.
-    SELECT pg_notify('awa_finished', '')
-    WHERE $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
-)
+-- $8 likewise, the last progress report of an attempt that made one (NULL
+-- keeps the job's).
+-- A batch that ends a job (completed, failed, cancelled) that a
+-- client.result waits for (awa.result_waiters) notifies awa_finished once,
+-- as it commits. Returns the rows it applied (and whether it notified).
+WITH finished AS (
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -366,8 +361,7 @@ SET state = outcome.state::awa.job_state,
     progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
             $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress),
-     (SELECT count(*) FROM ended) AS notified
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -375,7 +369,21 @@ WHERE jobs.id = outcome.id
   -- this join (jobs_running_idx did, before migration 0014: its row estimate
   -- was often stale, and a plan that scanned it re-read the whole batch for
   -- every running job).
-  AND jobs.state::text = 'running';
+  AND jobs.state::text = 'running'
+RETURNING jobs.id
+), applied AS (
+    SELECT count(*) AS applied FROM finished
+), ended AS (
+    -- One notification a batch, never one a job; only when the batch ends
+    -- a job (its outcomes read as a whole, so a stale one may wake a waiter
+    -- for nothing: it reads its job again) that someone waits for, checked
+    -- once the update is done (see awa.result_awaited_v1).
+    SELECT count(pg_notify('awa_finished', '')) AS notified FROM applied
+    WHERE applied.applied > 0
+      AND $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+      AND awa.result_awaited_v1($1::text::bigint[])
+)
+SELECT applied.applied, ended.notified FROM applied, ended;
 
 -- name: jobs_finish_batch_observed
 -- jobs_finish_batch, returning what it changed in each row (for hooks and
@@ -385,13 +393,7 @@ WHERE jobs.id = outcome.id
 -- the outcome changed them (a timestamp costs the worker to decode). The UPDATE is the same text as
 -- jobs_finish_batch; a test keeps them equal. Job.finished reads the columns
 -- by position.
-WITH ended AS (
-    -- One notification a batch, not one a job, and none for a batch that
-    -- ends no job (client.result waits on it); read from the outcomes, so a
-    -- stale one may wake a waiter for nothing: it reads its job again.
-    SELECT pg_notify('awa_finished', '')
-    WHERE $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
-)
+WITH finished AS (
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -415,8 +417,7 @@ SET state = outcome.state::awa.job_state,
     progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
             $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress),
-     (SELECT count(*) FROM ended) AS notified
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -429,7 +430,20 @@ RETURNING jobs.id, jobs.state::text AS state, jobs.attempt,
           CASE WHEN outcome.delay_s IS NOT NULL THEN jobs.run_at END AS run_at,
           jobs.finalized_at,
           CASE WHEN outcome.error IS NOT NULL THEN jobs.errors END AS errors,
-          jobs.callback_id, jobs.callback_timeout_at, jobs.tags;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.tags
+), applied AS (
+    SELECT count(*) AS applied FROM finished
+), ended AS (
+    -- One notification a batch, never one a job; only when the batch ends
+    -- a job (its outcomes read as a whole, so a stale one may wake a waiter
+    -- for nothing: it reads its job again) that someone waits for, checked
+    -- once the update is done (see awa.result_awaited_v1).
+    SELECT count(pg_notify('awa_finished', '')) AS notified FROM applied
+    WHERE applied.applied > 0
+      AND $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+      AND awa.result_awaited_v1($1::text::bigint[])
+)
+SELECT finished.*, ended.notified FROM finished, ended;
 
 -- name: jobs_register_callback
 -- Gives a running attempt a callback id and its deadline; guarded like every
@@ -1140,7 +1154,11 @@ RETURNING id;
 -- name: jobs_result
 -- What client.result needs of one job: its state, its result, and why it
 -- failed (the last error entry's type and message) or was cancelled.
+-- Read after the waiter registered (result_waiters_add).
 SELECT state::text AS state, result, failure_reason,
        errors -> -1 ->> 'type' AS error_type, errors -> -1 ->> 'message' AS error_message
 FROM awa.jobs
-WHERE id = $1;
+WHERE id = $1
+-- Waits for a write of the row in flight: a batch that completed the job
+-- before this waiter registered did not notify it (result_awaited_v1).
+FOR SHARE;
