@@ -156,8 +156,8 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     connection = await asyncpg.connect(database_url)
     await connection.execute(
         "TRUNCATE awa.jobs, awa.workers, awa.quarantine, awa.leaders, awa.lanes, awa.lane_moves, "
-        "awa.lane_lowerings, awa.claims, awa.queue_settings, awa.periodic, awa.rate_classes "
-        "RESTART IDENTITY"
+        "awa.lane_lowerings, awa.claims, awa.queue_settings, awa.periodic, awa.rate_classes, "
+        "awa.result_waiters RESTART IDENTITY"
     )
     try:
         yield connection

@@ -120,11 +120,12 @@ def finish_params(
     delays: Sequence[float | None] | None = None,
     refunds: Sequence[int] | None = None,
     errors: Sequence[str | None] | None = None,
-) -> tuple[str, ...]:
-    """The six parameters of ``jobs_finish_batch`` for these outcomes."""
+) -> tuple[str | None, ...]:
+    """The parameters of ``jobs_finish_batch`` for these outcomes: its six
+    columns, then no results and no progress (NULL)."""
     n = len(ids)
     columns = (ids, leases, states, delays or [None] * n, refunds or [0] * n, errors or [None] * n)
-    return tuple(array_literal(column) for column in columns)
+    return (*(array_literal(column) for column in columns), None, None)
 
 
 async def start_leading(client: awa.AsyncClient) -> Any:

@@ -45,6 +45,7 @@ SYSTEMS = [
     "awa_queue_noop_hook",
     "awa_queue_slow_hook",
     "awa_queue_flow",
+    "awa_queue_metrics",
     "floor",
     "awa_pg",
     "pgqueuer",
@@ -60,6 +61,7 @@ AWA_SYSTEMS = {
     "awa_queue_noop_hook",
     "awa_queue_slow_hook",
     "awa_queue_flow",
+    "awa_queue_metrics",
 }
 PEERS = ["awa_pg", "pgqueuer", "procrastinate"]
 # awa-queue as an earlier commit built it (--baseline-python), driven by the
@@ -81,6 +83,7 @@ LABELS = {
     "awa_queue_noop_hook": "awa-queue + no-op hook",
     "awa_queue_slow_hook": "awa-queue + 50 ms hook",
     "awa_queue_flow": "awa-queue + aging + fairness + rate class",
+    "awa_queue_metrics": "awa-queue + metrics exported",
     "floor": "SQL floor",
     "awa_pg": "awa-pg 0.6.9",
     "pgqueuer": "pgqueuer 1.6.0",
@@ -96,6 +99,7 @@ IMPORT_CHECKS = {
     "awa_queue_noop_hook": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_slow_hook": "import asyncpg, awa; awa.AsyncClient",
     "awa_queue_flow": "import asyncpg, awa; awa.AsyncClient",
+    "awa_queue_metrics": "import asyncpg, awa, prometheus_client; awa.AsyncClient",
     "floor": "import asyncpg",
     "awa_pg": "import asyncpg, awa; awa.AsyncClient",
     "pgqueuer": "import asyncpg, uvloop, pgqueuer",

@@ -61,7 +61,10 @@ def finish_args(finish_sql: str, rows: list[Any]) -> list[Any]:
     def literal(column: list[Any]) -> str:
         return "{" + ",".join("NULL" if v is None else str(v) for v in column) + "}"
 
-    return [literal(column) for column in columns]
+    literals: list[Any] = [literal(column) for column in columns]
+    if "$7::text[]" in finish_sql:
+        literals += [None, None]  # no results, no progress (from migration 28 on)
+    return literals
 
 
 def cpu_s(pid: int) -> float:

@@ -37,9 +37,13 @@ from awa.errors import (
     ConfigurationError,
     ConnectionFailed,
     FollowUpError,
+    JobNotCompleted,
     JobNotFound,
     PayloadOmitted,
     PeriodicNotFound,
+    ProgressError,
+    ResultError,
+    ResultTimeout,
     SchemaNotMigrated,
     StagingError,
     TerminalError,
@@ -52,7 +56,7 @@ from awa.explain import ExplainReason, Explanation
 from awa.followups import EnqueueRequest
 from awa.health import HealthReport, LeaderHealth, QueueLoad, WorkerHealth
 from awa.inserts import DEFAULT_UNIQUE_STATES, CopyInsertOptions, InsertOptions, UniqueOpts
-from awa.job import Job, JobState
+from awa.job import Job, JobState, Progress
 from awa.outcomes import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.periodic import PeriodicInfo
 from awa.quarantine import QuarantinedFingerprint
@@ -98,12 +102,15 @@ __all__ = [
     "InsertOptions",
     "Job",
     "JobEvent",
+    "JobNotCompleted",
     "JobNotFound",
     "JobState",
     "LeaderHealth",
     "PayloadOmitted",
     "PeriodicInfo",
     "PeriodicNotFound",
+    "Progress",
+    "ProgressError",
     "QuarantinedFingerprint",
     "QueueConfig",
     "QueueLoad",
@@ -111,6 +118,8 @@ __all__ = [
     "QueueSummary",
     "RateClass",
     "RescueReason",
+    "ResultError",
+    "ResultTimeout",
     "RetryAfter",
     "RunningJob",
     "SchemaNotMigrated",

@@ -1248,6 +1248,31 @@ class AsyncClient:
             return self._job(row, include_payload)
         return self._typed_job(row, args_type, include_payload)
 
+    async def result(
+        self, job_id: int, *, timeout: float | datetime.timedelta | None = None
+    ) -> Any:
+        """Waits until the job ends and returns its result: what its handler
+        returned, decoded from the JSON stored (``None`` if it returned
+        ``None`` or a callback completed it). Returns at once for a job that
+        already completed.
+
+        Raises :class:`awa.errors.JobNotCompleted` if the job ended otherwise
+        (``state`` ``failed``, a dead letter, with its ``reason``; or
+        ``cancelled``), :class:`awa.errors.ResultTimeout` (a
+        ``TimeoutError``) once ``timeout`` seconds (a number or a
+        ``timedelta``; ``None``: no limit) pass first, and
+        :class:`awa.JobNotFound` for an unknown id. It waits with LISTEN on
+        ``awa_finished``, which the worker's completer notifies once per
+        batch (see :mod:`awa.results`); behind a pooler without
+        ``listen_url`` it reads the job twice a second."""
+        from awa.config import positive_seconds
+        from awa.results import wait_for_result
+
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValidationError(f"job_id: must be an integer (got {job_id!r})", "job_id")
+        timeout_s = None if timeout is None else positive_seconds(timeout, "timeout")
+        return await wait_for_result(await self._database(), job_id, timeout_s)
+
     def _typed_job(self, row: Any, args_type: Any, include_payload: bool) -> Job[Any]:
         """The job of ``row`` with its args decoded as ``args_type``, or a
         :class:`awa.ValidationError` saying why they are not of that type."""

@@ -216,3 +216,57 @@ def check_text(value: Any, field: str, max_chars: int) -> str:
     if "\x00" in value:
         raise ValidationError(f"{field}: must not contain NUL characters", field)
     return value
+
+
+class ProgressError(ValidationError):
+    """``job.set_progress`` refused a report: ``percent`` is not a number
+    from 0 to 100, a ``message`` is not a string, the ``data`` cannot be
+    stored as JSON, or the whole report is larger than
+    ``awa.worker.progress.MAX_PROGRESS_BYTES``. ``field`` names the value.
+    Raised to the handler at once; nothing is kept or written."""
+
+
+class ResultError(TerminalError):
+    """A handler returned a value that cannot be stored as the job's result:
+    it is not JSON-serialisable (``field`` names the offending value, as
+    ``result.items[2]``), or its JSON is larger than
+    ``awa.worker.outcome.MAX_RESULT_BYTES``. The attempt fails for good (a
+    :class:`TerminalError`): running the handler again would only return
+    the same kind of value, after redoing its work."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class JobNotCompleted(AwaError):
+    """``client.result`` waited for a job that ended without completing.
+
+    ``state`` is ``failed`` (its attempts ran out, a handler raised a
+    :class:`TerminalError`, or maintenance failed it: it is now a dead
+    letter, and ``reason`` is its ``failure_reason``, such as
+    ``max_attempts_exhausted``) or ``cancelled``; ``error`` is the last
+    error entry's ``"<Type>: <message>"`` (for a cancel, its reason), or
+    ``""`` when there is none."""
+
+    def __init__(self, job_id: int, state: str, reason: str | None, error: str) -> None:
+        why = f" ({reason})" if reason else ""
+        said = f": {error}" if error else ""
+        super().__init__(f"job {job_id} ended {state}{why} without a result{said}")
+        self.job_id = job_id
+        self.state = state
+        self.reason = reason
+        self.error = error
+
+
+class ResultTimeout(AwaError, TimeoutError):
+    """``client.result`` gave up: the job had not ended within ``timeout``
+    seconds. The job is untouched; wait again, or look it up."""
+
+    def __init__(self, job_id: int, timeout_s: float, state: str) -> None:
+        super().__init__(
+            f"job {job_id} did not end within {timeout_s:g}s (it is {state}); nothing was changed"
+        )
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.state = state

@@ -11,7 +11,8 @@ event                  fires when
 ``Started``            the claim committed, as the handler starts
 ``WaitingForCallback`` the handler returned ``awa.WaitForCallback`` and the job
                        parked in ``waiting_external``
-``Completed``          the job finished successfully
+``Completed``          the job finished successfully (with the handler's
+                       ``result``)
 ``Retried``            the attempt failed (or returned ``RetryAfter``) and the
                        job will run again
 ``Exhausted``          the job failed for good: no attempts left, or a
@@ -66,11 +67,18 @@ class WaitingForCallback(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class Completed(Generic[T]):
     """The job completed. ``duration`` is how long the handler ran (zero when a
-    callback completed the job: no handler ran for that part)."""
+    callback completed the job: no handler ran for that part); ``result`` is
+    what the handler returned (see :attr:`awa.Job.result`)."""
 
     job: Job[T]
     args: T
     duration: datetime.timedelta
+
+    @property
+    def result(self) -> Any:
+        """What the handler returned, decoded from the JSON stored (``None``
+        when it returned ``None``, and when a callback completed the job)."""
+        return self.job.result
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final, Generic, NoReturn, TypeVar
 
@@ -82,9 +83,10 @@ JOB_COLUMNS: Final = (
     "partition_key",
 )
 
-#: The columns a row may lack (``awa.claim_v2`` returns neither); a job read
-#: from such a row has ``None`` for them.
-OPTIONAL_JOB_COLUMNS: Final = ("rate_class", "partition_key")
+#: The columns a row may lack (``awa.claim_v2`` returns none of them, a
+#: claim adds progress, ``jobs_get`` and ``jobs_list`` add progress and
+#: result); a job read from such a row has ``None`` for them.
+OPTIONAL_JOB_COLUMNS: Final = ("rate_class", "partition_key", "progress", "result")
 
 ArgsDecoder = Callable[[str], Any]
 
@@ -121,6 +123,22 @@ def sealed(job: JobT, cls: type[JobT]) -> JobT:
     return job
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a job's handler last reported with ``job.set_progress``."""
+
+    #: From 0 to 100.
+    percent: float
+    message: str | None
+    #: The keyword arguments given to ``set_progress`` (decoded JSON).
+    data: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, text: str) -> Progress:
+        report = _core.decode_json(text)
+        return cls(report["percent"], report["message"], report["data"])
+
+
 class Job(Generic[T_co]):
     """One job as committed: what it is, where it stands, and its history.
 
@@ -139,6 +157,8 @@ class Job(Generic[T_co]):
         "_metadata",
         "_metadata_json",
         "_payload_omitted",
+        "_progress_json",
+        "_result_json",
         "attempt",
         "attempted_at",
         "callback_id",
@@ -197,6 +217,8 @@ class Job(Generic[T_co]):
     _metadata: Any
     _errors: Any
     _payload_omitted: bool
+    _progress_json: str | None
+    _result_json: str | None
 
     @classmethod
     def from_record(
@@ -216,11 +238,12 @@ class Job(Generic[T_co]):
         fill(job, row, decode_args, with_payload, upcast)
         return sealed(job, cls)
 
-    def finished(self, row: Any) -> Job[T_co]:
+    def finished(self, row: Any, result_json: str | None = None) -> Job[T_co]:
         """This attempt's job as its outcome committed it: a new ``Job`` taking
         the columns ``jobs_finish_batch_observed`` returns (state, attempt,
         run_at when rescheduled, finalized_at, errors when appended,
-        callback, tags) from ``row`` and the rest from this one. Arguments and
+        callback, tags) from ``row``, its result from ``result_json`` (what
+        the completion wrote) and the rest from this one. Arguments and
         metadata are decoded again from the stored text, so nothing a handler
         changed in its copy leaks into this one."""
         job: Job[T_co] = writable(Job)
@@ -252,6 +275,8 @@ class Job(Generic[T_co]):
         job._metadata = _UNSET
         job._errors = _UNSET
         job._payload_omitted = False
+        job._progress_json = self._progress_json
+        job._result_json = result_json
         return sealed(job, Job)
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
@@ -299,6 +324,24 @@ class Job(Generic[T_co]):
             raw = self._errors_json
             _set(self, "_errors", [] if raw is None else _core.decode_json(raw))
         return self._errors  # type: ignore[no-any-return]
+
+    @property
+    def progress(self) -> Progress | None:
+        """What the handler last reported (``set_progress``), kept across
+        retries; ``None`` before any report. In a running job, the latest
+        report of this attempt, written or not; elsewhere, what was written
+        (by a heartbeat or ``flush_progress``) when the row was read."""
+        raw = self._progress_json
+        return None if raw is None else Progress.from_json(raw)
+
+    @property
+    def result(self) -> Any:
+        """What the handler returned when it completed the job, decoded from
+        JSON (dicts, lists, strings, numbers; a pydantic model or dataclass
+        comes back as a dict); ``None`` when it returned ``None``, and for a
+        job that has not completed."""
+        raw = self._result_json
+        return None if raw is None else _core.decode_json(raw)
 
     @property
     def attempts(self) -> list[AttemptRecord]:
@@ -353,6 +396,8 @@ def fill(
     job.callback_timeout_at = row["callback_timeout_at"]
     job.rate_class = row.get("rate_class")
     job.partition_key = row.get("partition_key")
+    job._progress_json = row.get("progress")
+    job._result_json = row.get("result")
     job._decode_args = decode_args or _core.decode_json
     job._args = _UNSET
     job._metadata = _UNSET

@@ -49,9 +49,7 @@ def instrument(meter_provider: Any = None) -> bool:
         if id(provider) in _instrumented:
             return False
         _instrumented.add(id(provider))
-    from awa import __version__
-
-    meter = provider.get_meter("awa", __version__)
+    meter = provider.get_meter("awa")
     for instrument_ in metrics.INSTRUMENTS:
         if instrument_.kind == "counter":
             meter.create_observable_counter(

@@ -21,12 +21,36 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from awa.inserts import InsertOpts
-    from awa.worker.attempt import RunningJob
+# What this module reads of an insert's options and of a running job, as
+# protocols: the insert path and the worker both import this module.
+
+
+class _WithMetadata(Protocol):
+    """An insert's options (``awa.inserts.InsertOpts``, a dataclass)."""
+
+    @property
+    def metadata(self) -> Any: ...
+
+
+class _Attempt(Protocol):
+    """A running job (``awa.RunningJob``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+
+Options = TypeVar("Options", bound=_WithMetadata)
 
 #: The metadata key holding a job's trace context.
 TRACE_KEY: Final = "trace_context"
@@ -47,9 +71,7 @@ def current_carrier() -> dict[str, str] | None:
     return carrier or None
 
 
-def with_trace_context(
-    options: InsertOpts | list[InsertOpts],
-) -> InsertOpts | list[InsertOpts]:
+def with_trace_context(options: Options | list[Options]) -> Options | list[Options]:
     """``options`` with the current trace context in each job's metadata
     (as they were when no span is current)."""
     carrier = current_carrier()
@@ -57,7 +79,7 @@ def with_trace_context(
         return options
     if not isinstance(options, list):
         return _traced(options, carrier)
-    made: dict[int, InsertOpts] = {}
+    made: dict[int, Options] = {}
     traced = []
     for option in options:
         # Jobs sharing one options object share one traced copy.
@@ -68,11 +90,12 @@ def with_trace_context(
     return traced
 
 
-def _traced(options: InsertOpts, carrier: dict[str, str]) -> InsertOpts:
+def _traced(options: Options, carrier: dict[str, str]) -> Options:
     metadata = options.metadata
     if metadata is not None and not isinstance(metadata, dict):
         return options  # the core refuses it, naming the field
-    return dataclasses.replace(options, metadata={**(metadata or {}), TRACE_KEY: carrier})
+    traced = {**(metadata or {}), TRACE_KEY: carrier}
+    return dataclasses.replace(options, metadata=traced)  # type: ignore[type-var]
 
 
 def worker_tracer() -> Any:
@@ -81,13 +104,11 @@ def worker_tracer() -> Any:
     proxy with nothing behind it): then handlers run without spans."""
     if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return None
-    from awa import __version__
-
-    return trace.get_tracer("awa", __version__)
+    return trace.get_tracer("awa")
 
 
 @contextlib.contextmanager
-def job_span(tracer: Any, job: RunningJob[Any]) -> Iterator[None]:
+def job_span(tracer: Any, job: _Attempt) -> Iterator[None]:
     """The handler's span, a child of the context the job was inserted in."""
     carrier = job.metadata.get(TRACE_KEY)
     parent = propagate.extract(carrier) if isinstance(carrier, dict) else None

@@ -231,13 +231,12 @@ async def test_a_handler_sees_its_typed_args_and_attempt(client, conn):
     assert got == [(Work(n=7), 1, "running")]
 
 
-async def test_returning_something_else_completes_with_a_warning(client, conn, caplog):
+async def test_returning_something_else_completes_with_it_as_the_result(client, conn):
     async def handler(job):
         return {"result": 1}
 
-    with caplog.at_level("WARNING", logger="awa.executor"):
-        await run_one(client, conn, handler, state="completed")
-    assert "only None, RetryAfter, Snooze, Cancel and WaitForCallback" in caplog.text
+    row = await run_one(client, conn, handler, state="completed")
+    assert (await client.get_job(row["id"])).result == {"result": 1}
 
 
 async def test_a_handler_cancelling_itself_is_a_failure_not_a_shutdown(client, conn):

@@ -48,6 +48,7 @@ async def start_parent(
     timings: str = QUICK_SUPERVISOR,
     env: dict[str, str] | None = None,
     as_json: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> asyncio.subprocess.Process:
     # This tree's awa first, whichever tree the virtualenv was installed from.
     path = os.pathsep.join([str(ROOT / "python"), str(directory), str(ROOT)])
@@ -55,7 +56,7 @@ async def start_parent(
         sys.executable, "-m", "awa", *(["--json"] if as_json else []),
         "worker", "--app", "procs_app:client",
         "--queue", f"{APP_QUEUE}={APP_SLOTS}", "--processes", str(processes),
-        "--shutdown-timeout", "10",
+        "--shutdown-timeout", "10", *extra,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": path, "AWA_SUPERVISOR_TIMINGS": timings, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
@@ -402,3 +403,51 @@ async def test_sigterm_while_the_children_start_still_stops_cleanly(ledger, tmp_
         await kill_if_running(process)
     assert code == 0, err
     assert await ledger.fetchval("SELECT count(*) FROM awa.workers") == 0
+
+
+def two_free_ports() -> int:
+    """A port P such that P and P+1 are free now (on 127.0.0.1)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port < 65535:
+            with socket.socket() as first, socket.socket() as second:
+                try:
+                    first.bind(("127.0.0.1", port))
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return int(port)
+    raise AssertionError("no two free ports in a row")
+
+
+async def test_with_a_metrics_port_each_child_serves_its_own(ledger, tmp_path, database_url):
+    from tests.integration.test_metrics import get_json
+
+    write_recording_app(tmp_path, database_url)
+    port = two_free_ports()
+    process = await start_parent(
+        tmp_path, extra=("--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+    )
+    try:
+        workers = await registered_workers(ledger, 2)
+
+        async def both_ready() -> set[int] | None:
+            ids = set()
+            for child_port in (port, port + 1):
+                status, body = await get_json(f"http://127.0.0.1:{child_port}/readyz")
+                if status != 200:
+                    return None
+                ids.add(body["worker_id"])
+            return ids
+
+        served = await eventually(both_ready, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        code, err = await finish_cli(process)
+    finally:
+        await kill_if_running(process)
+    assert code == 0, err
+    assert served == {worker["id"] for worker in workers}

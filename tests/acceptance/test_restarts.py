@@ -98,10 +98,10 @@ async def test_no_run_lease_is_handed_out_twice_after_an_immediate_restart(own_s
         assert second["id"] == first["id"] == job_id
         assert second["run_lease"] != first["run_lease"], "a run lease was handed out twice"
         # The forgotten attempt's outcome cannot finish the new one.
-        finished = await conn.execute(
+        applied = await conn.fetchval(
             sql.query("jobs_finish_batch"),
             *finish_params([job_id], [first["run_lease"]], ["completed"]),
         )
-        assert finished == "UPDATE 0"
+        assert applied == 0
     finally:
         await conn.close()

@@ -178,6 +178,8 @@ def get(url: str) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+    except urllib.error.URLError:
+        return 0, b"{}"  # nobody listens there (yet)
 
 
 async def get_json(url: str) -> tuple[int, dict[str, Any]]:

@@ -55,7 +55,8 @@ async def claim(conn, queues, counts, worker_id, kind_timeouts=None, queue_timeo
 
 
 async def finish(conn, ids, leases, states, delays=None, refunds=None, errors=None):
-    return await conn.execute(
+    """The rows the batch applied."""
+    return await conn.fetchval(
         Q("jobs_finish_batch"), *finish_params(ids, leases, states, delays, refunds, errors)
     )
 
@@ -140,7 +141,7 @@ async def test_finish_batch_applies_each_outcome(conn):
             '{"type": "T", "message": "t", "attempt": 1}',
         ],
     )
-    assert status == "UPDATE 4"
+    assert status == 4
     stored = {
         row["id"]: row
         for row in await conn.fetch(
@@ -193,11 +194,11 @@ async def test_finish_batch_ignores_outcomes_of_stale_attempts(conn):
     await conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = $1", job_id)
     [second] = await claim(conn, ["q"], [1], worker)
     assert second["run_lease"] == first["run_lease"] + 1
-    assert await finish(conn, [job_id], [first["run_lease"]], ["completed"]) == "UPDATE 0"
+    assert await finish(conn, [job_id], [first["run_lease"]], ["completed"]) == 0
     assert (
         await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job_id) == "running"
     )
-    assert await finish(conn, [job_id], [second["run_lease"]], ["completed"]) == "UPDATE 1"
+    assert await finish(conn, [job_id], [second["run_lease"]], ["completed"]) == 1
 
 
 async def test_finish_batch_ignores_jobs_no_longer_running(conn):
@@ -205,7 +206,7 @@ async def test_finish_batch_ignores_jobs_no_longer_running(conn):
     [job_id] = await insert_available(conn, 1)
     [row] = await claim(conn, ["q"], [1], worker)
     await conn.execute("UPDATE awa.jobs SET state = 'cancelled' WHERE id = $1", job_id)
-    assert await finish(conn, [job_id], [row["run_lease"]], ["completed"]) == "UPDATE 0"
+    assert await finish(conn, [job_id], [row["run_lease"]], ["completed"]) == 0
 
 
 async def test_release_returns_running_jobs_without_counting_the_attempt(conn):
@@ -560,6 +561,6 @@ async def test_an_outcome_write_planned_on_an_empty_table_still_reads_jobs_by_in
     # The same for the completer's batch: 2.1 s a flush at 200 000 rows.
     plan = await plan_after_growth(
         database_url, "jobs_write_prepare_session", "jobs_finish_batch",
-        "'{1}', '{1}', '{completed}', '{NULL}', '{0}', '{NULL}'",
+        "'{1}', '{1}', '{completed}', '{NULL}', '{0}', '{NULL}', NULL, NULL",
     )  # fmt: skip
     assert "Seq Scan on jobs" not in plan, plan

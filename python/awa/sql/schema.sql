@@ -122,6 +122,10 @@ CREATE TABLE awa.jobs (
     rate_class   awa.rate_class,  -- a rate class's shared token budget (migration 0021)
     -- its tenant, for a fair queue's round-robin (migration 0022)
     partition_key awa.partition_key,
+    -- What its attempt last reported, kept across retries; what its handler
+    -- returned (migration 0028).
+    progress     jsonb,
+    result       jsonb,
     -- Every waiting and running state (31: scheduled | available | running |
     -- retryable | waiting_external), or none (0: a duplicate an older awa let
     -- in, which holds its key in no state; see migration 0009).
@@ -134,6 +138,33 @@ CREATE TABLE awa.jobs (
         -- why an undecodable job could not be decoded (migration 0020)
         'unknown_kind', 'unknown_schema_version', 'upcast_failed', 'args_invalid'))
 ) WITH (fillfactor = 30);  -- room for a job's next versions on its own page: HOT updates
+
+-- Who waits for a result (client.result), by job: a batch of outcomes that
+-- ends a job notifies awa_finished only when one of its jobs has a waiter
+-- here, so no notification (and no wake-up of every LISTENing backend) is
+-- sent for the batches nobody waits on. Unlogged: a waiter lives no longer
+-- than its connection, and a crash may forget them all (a waiter also reads
+-- its job every few seconds). A waiter adds its row after it LISTENs and
+-- deletes it when it returns; a row left by a process that died is deleted
+-- by the next waiter after a day (result_waiters_add).
+CREATE UNLOGGED TABLE awa.result_waiters (
+    job_id bigint NOT NULL,
+    waiter uuid NOT NULL DEFAULT gen_random_uuid(),
+    since  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, waiter)
+);
+
+-- Whether any of these jobs has a waiter. Volatile, so its query takes a
+-- snapshot of its own: called after a batch's update, it sees a waiter that
+-- registered while the update ran (one that registers later reads its job
+-- with FOR SHARE, and so waits for that write to commit, then sees it).
+CREATE FUNCTION awa.result_awaited_v1(job_ids bigint[]) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM awa.result_waiters WHERE job_id = ANY (job_ids));
+END
+$$;
 
 -- Claims: every job of a lane (a queue at one priority) in claim order; a
 -- claim reads it from the lane's hint (see awa.claim_v2). No index of this

@@ -2,7 +2,8 @@
 
 A ``RunningJob`` is the claimed row (an :class:`awa.Job`) plus what the
 attempt may do while it runs: stage follow-ups that commit with its
-completion, register and wait for a callback, see whether it was cancelled.
+completion, register and wait for a callback, see whether it was cancelled,
+report its progress.
 The executor makes one per claim; nothing else holds a connection or a
 control channel (a committed ``Job`` from a query or an event has neither).
 Handlers annotated ``awa.Job[T]`` receive one too.
@@ -17,12 +18,14 @@ from awa.config import positive_seconds
 from awa.errors import AwaError, StagingError
 from awa.job import _UNSET, ArgsDecoder, Job, fill, writable
 from awa.outcomes import CallbackToken, callback_uuid
+from awa.worker.progress import progress_json
 
 if TYPE_CHECKING:
     from awa.db import Database
     from awa.envelope import Decoded
     from awa.followups import FollowUpStage
     from awa.worker.control import JobControl
+    from awa.worker.progress import ProgressBuffer
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -32,13 +35,18 @@ _set = object.__setattr__
 class RunningJob(Job[T_co]):
     """A job while a handler runs it: the claimed row plus the attempt's
     capabilities (:meth:`enqueue_on_completion`, :meth:`register_callback`,
-    :meth:`wait_for_callback`, :meth:`is_cancelled`)."""
+    :meth:`wait_for_callback`, :meth:`is_cancelled`, :meth:`set_progress`,
+    :meth:`flush_progress`)."""
 
-    __slots__ = ("_control", "_db", "_stage")
+    __slots__ = ("_control", "_db", "_progress_buffer", "_reported", "_stage")
 
     _stage: FollowUpStage | None
     _db: Database | None
     _control: JobControl | None
+    _progress_buffer: ProgressBuffer | None
+    #: Whether this attempt called set_progress (its outcome then carries
+    #: the last report).
+    _reported: bool
 
     @classmethod
     def claimed(
@@ -49,9 +57,11 @@ class RunningJob(Job[T_co]):
         db: Database | None,
         control: JobControl | None,
         decoded: Decoded | None = None,
+        progress: ProgressBuffer | None = None,
     ) -> RunningJob[Any]:
         """The attempt a claim returned ``row`` for; with its arguments
-        already ``decoded`` (and upcast) when the worker decoded them."""
+        already ``decoded`` (and upcast) when the worker decoded them, and
+        the ``progress`` buffer its worker's heartbeat writes."""
         job: RunningJob[Any] = writable(cls)
         if decoded is None:
             fill(job, row, decode_args, True)
@@ -61,6 +71,8 @@ class RunningJob(Job[T_co]):
         job._stage = stage
         job._db = db
         job._control = control
+        job._progress_buffer = progress
+        job._reported = False
         job.__class__ = cls  # sealed
         return job
 
@@ -173,6 +185,44 @@ class RunningJob(Job[T_co]):
         from awa import _core
 
         return None if result is None else _core.decode_json(result)
+
+    def set_progress(self, percent: float, message: str | None = None, **data: Any) -> None:
+        """Reports how far the handler has got: ``percent`` (0 to 100), an
+        optional ``message`` and any JSON-serialisable ``data``, at most
+        ``MAX_PROGRESS_BYTES`` (8 KiB) of JSON in all.
+
+        Nothing is written now: the worker's next heartbeat writes the latest
+        report of every job it runs in its one statement (or call
+        :meth:`flush_progress`); the last report also goes with the
+        attempt's outcome. :attr:`progress` shows it at once. The
+        report outlives this attempt: a retry starts from it. Raises
+        :class:`awa.errors.ProgressError` (a ``ValidationError``) naming the
+        value that cannot be stored; nothing is kept then.
+        """
+        text = progress_json(percent, message, data)
+        _set(self, "_progress_json", text)
+        _set(self, "_reported", True)
+        if self._progress_buffer is not None:
+            self._progress_buffer.put(self.id, self.run_lease, text)
+
+    async def flush_progress(self) -> bool:
+        """Writes the latest progress report now, instead of at the next
+        heartbeat; returns whether it was written: false when there is no
+        report, or when this attempt no longer holds the job (rescued,
+        cancelled), which then keeps whatever it had."""
+        db = self._require_db("flush_progress")
+        buffer = self._progress_buffer
+        pending = buffer.take(self.id) if buffer is not None else None
+        text = self._progress_json
+        if text is None:
+            return False
+        try:
+            written = await db.fetchval("jobs_set_progress", self.id, self.run_lease, text)
+        except BaseException:
+            if buffer is not None and pending is not None:
+                buffer.put_back({self.id: pending})
+            raise
+        return written is not None
 
     def _require_db(self, what: str) -> Database:
         if self._db is None:

@@ -10,6 +10,18 @@ due (``flush_batch_size`` rows, or the oldest row has waited
 ``UPDATE … FROM unnest(...)``, one array per column. While a flush is in
 flight new outcomes pile up, so batches grow with load on their own.
 
+Results: what a completing handler returned (JSON text, on the
+:class:`Outcome`) is kept here by job id and goes with its row in the same
+statement, as one more array aligned with the batch; a batch that holds no
+result sends NULL for it, so jobs that return ``None`` cost nothing more.
+The same goes for the last progress report of an attempt that made one: it
+is written with its outcome, whatever the outcome, so a report no beat wrote
+(or one a beat skipped, see ``jobs_heartbeat_with_progress``) is not lost;
+it leaves the heartbeat's :class:`~awa.worker.progress.ProgressBuffer`.
+A batch that ends a job someone waits for (``client.result``, registered in
+``awa.result_waiters``) notifies ``awa_finished`` once, in the statement
+(see ``jobs_finish_batch``); batches nobody waits on notify nothing.
+
 State model: each row is guarded by ``(id, run_lease, state = 'running')``;
 rows from stale attempts (rescued, or released at shutdown) match nothing
 and are counted in ``stale``.
@@ -44,13 +56,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from awa import _core
 from awa._events import wait_for_event
-from awa.db import Database, affected_rows, release_quietly
+from awa.db import Database, release_quietly
 from awa.followups import FollowUpFailed, FollowUpStage
 from awa.hooks import COMPLETED, EXHAUSTED, FAILED, RETRIED, WAITING_FOR_CALLBACK, Transition
 from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
 from awa.metrics import WorkerTally
 from awa.worker.outcome import SNOOZED, Outcome
+from awa.worker.progress import progress_buffer
 
 if TYPE_CHECKING:
     from awa._core import _OutcomeCode
@@ -134,9 +147,17 @@ class Completer:
         self._health = health
         self._batch = _core.CompletionBatch(batch_size, flush_interval_s, random.getrandbits(64))
         self._observed: dict[int, Pending] = {}
-        # The batch being written, and its observed outcomes, until it commits.
+        # Results of recorded completions, and the progress of recorded
+        # outcomes that no heartbeat wrote yet (JSON text), by job id.
+        self._results: dict[int, str] = {}
+        self._progress: dict[int, str] = {}
+        self._progress_buffer = progress_buffer(db)
+        # The batch being written, its observed outcomes, results and
+        # progress, until it commits.
         self._flush: Any = None
         self._flush_observed: dict[int, Pending] = {}
+        self._flush_results: dict[int, str] = {}
+        self._flush_progress: dict[int, str] = {}
         self._finish = db.statement("jobs_finish_batch")
         self._prepare_session = db.statement("jobs_write_prepare_session")
         self._finish_observed = db.statement("jobs_finish_batch_observed")
@@ -158,6 +179,10 @@ class Completer:
     def record(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Buffers one attempt's outcome; it is written with the next batch."""
         self._buffer(job, outcome)
+        if outcome.result is not None:
+            self._results[job.id] = outcome.result
+        if job._reported:
+            self._take_last_report(job)
         stage = job._stage
         if (stage is not None and stage.rows is not None) or self._lifecycle.observes_any:
             self._observe(job, outcome)
@@ -169,6 +194,13 @@ class Completer:
             outcome.message, outcome.traceback,
         )  # fmt: skip
         self._wake.set()
+
+    def _take_last_report(self, job: RunningJob[Any]) -> None:
+        """The attempt's last report goes with its outcome; the heartbeat
+        need not write it."""
+        self._progress_buffer.take(job.id)
+        if job._progress_json is not None:
+            self._progress[job.id] = job._progress_json
 
     def _observe(self, job: RunningJob[Any], outcome: Outcome) -> None:
         """Keeps what hooks and follow-ups will need once the outcome commits;
@@ -216,8 +248,11 @@ class Completer:
                         await self._wait_until_due()
                         self._flush = self._batch.take()
                         self._flush_observed = self._take_observed(self._flush.ids)
+                        self._flush_results = _take(self._results, self._flush.ids)
+                        self._flush_progress = _take(self._progress, self._flush.ids)
                     await self._write_until_done()
                     self._flush, self._flush_observed = None, {}
+                    self._flush_results, self._flush_progress = {}, {}
                 if self._stopping:
                     return
                 await self._wake.wait()
@@ -250,6 +285,12 @@ class Completer:
             return {}
         return {job_id: observed.pop(job_id) for job_id in ids if job_id in observed}
 
+    def _json_columns(self, flush: Any) -> tuple[list[str | None] | None, ...]:
+        """The batch's results and progress, each aligned with its rows, or
+        None (the whole column NULL) when no row has one: the common case
+        costs nothing."""
+        return _column(self._flush_results, flush), _column(self._flush_progress, flush)
+
     async def _write_until_done(self) -> None:
         """Writes the batch in flight, retrying on fresh connections until it
         commits (the rows are guarded, so a retry after a commit whose reply
@@ -264,8 +305,9 @@ class Completer:
                 if self._flush_observed:
                     applied = await self._write_observed(connection, flush)
                 else:
-                    status = await self._finish.execute(connection, *flush.array_literals())
-                    applied = affected_rows(status)
+                    applied = await self._finish.fetchval(
+                        connection, *flush.array_literals(), *self._json_columns(flush)
+                    )
             except Exception as error:  # noqa: BLE001 - every failure is retried, never dropped
                 failures += 1
                 self.last_error = error
@@ -313,13 +355,17 @@ class Completer:
             if not len(flush):
                 return 0
             if not self._may_insert(observed.values()):
-                changed = await self._finish_observed.fetch(connection, *flush.array_literals())
+                changed = await self._finish_observed.fetch(
+                    connection, *flush.array_literals(), *self._json_columns(flush)
+                )
                 transitions = self._transitions(changed, observed)
                 follow_ups, inserted = None, None
                 break
             try:
                 async with connection.transaction():
-                    changed = await self._finish_observed.fetch(connection, *flush.array_literals())
+                    changed = await self._finish_observed.fetch(
+                        connection, *flush.array_literals(), *self._json_columns(flush)
+                    )
                     transitions = self._transitions(changed, observed)
                     follow_ups, inserted = await self._insert_follow_ups_for(
                         connection, transitions, observed
@@ -353,7 +399,8 @@ class Completer:
         for row in changed:
             pending = observed.get(row["id"])
             if pending is not None:
-                transitions.append(pending.transition(pending.job.finished(row)))
+                committed = pending.job.finished(row, self._flush_results.get(row["id"]))
+                transitions.append(pending.transition(committed))
         return transitions
 
     async def _insert_follow_ups_for(
@@ -382,6 +429,10 @@ class Completer:
         job_id = failed.transition.job.id
         pending = self._flush_observed.pop(job_id)
         flush.remove(job_id)
+        self._flush_results.pop(job_id, None)  # it no longer completes
+        progress = self._flush_progress.pop(job_id, None)
+        if progress is not None:
+            self._progress[job_id] = progress
         rounds = pending.replacements = pending.replacements + 1
         message = str(failed)
         log.error("%s; the job's outcome is rolled back and recorded as a failure", message)
@@ -395,3 +446,16 @@ class Completer:
         pending.discard_staged("follow-up failed")
         self._observed[job_id] = pending
         self._buffer(pending.job, pending.outcome)
+
+
+def _take(by_id: dict[int, str], ids: list[int]) -> dict[int, str]:
+    """The entries of ``ids``, taken out of ``by_id``."""
+    if not by_id:
+        return {}
+    return {job_id: by_id.pop(job_id) for job_id in ids if job_id in by_id}
+
+
+def _column(by_id: dict[int, str], flush: Any) -> list[str | None] | None:
+    if not by_id:
+        return None
+    return [by_id.get(job_id) for job_id in flush.ids]

@@ -47,6 +47,7 @@ from awa.tracing import job_span, worker_tracer
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
+from awa.worker.progress import progress_buffer
 from awa.worker.report import Reporter
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class Executor:
         self._completer = completer
         self._claims = claims
         self._db = db
+        # What handlers report with set_progress; the heartbeat writes it.
+        self._progress = progress_buffer(db)
         #: Messages about running jobs (cancel, resume, quarantine) land here.
         self.control = JobControl(on_cancel=self.cancel_requested, on_resumed=self.resumed)
         # Running handlers (and quarantined jobs being given back) by job id.
@@ -131,7 +134,7 @@ class Executor:
             return
         assert task_def is not None  # decode_claimed refuses a job without a task
         stage = FollowUpStage(self._registry)
-        job = RunningJob.claimed(row, decode, stage, self._db, control, decoded)
+        job = RunningJob.claimed(row, decode, stage, self._db, control, decoded, self._progress)
         if task_def.interrupt_on_cancel and task_def.is_async:
             self._interruptible.add(job.id)
         budget_s = _attempt_budget(row, job, task_def, waited_s)

@@ -17,10 +17,18 @@ are rescued. A process that hangs as a whole (stopped, deadlocked) stops
 beating with it. An unhealthy worker (a service failed for too long) stops
 beating too.
 
+Progress rides on the beat: the reports handlers made with
+``job.set_progress`` since the last beat (:mod:`awa.worker.progress`) are
+written by the same statement (``jobs_heartbeat_with_progress``), each
+guarded by its attempt's run lease; a beat with none to write is the plain
+``workers_heartbeat``.
+
 Failure handling: a missed beat is logged and retried at the next tick on a
 fresh connection. If the rescuer already removed this worker's row (it was
 silent too long), the row is put back; the jobs it lost were rescued, and
-their late outcomes are rejected by the run-lease guard.
+their late outcomes are rejected by the run-lease guard. The progress a
+failed beat carried is buffered again for the next one (unless a newer
+report replaced it).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from awa.db import Database, Statement
+from awa.worker.progress import progress_buffer
 
 if TYPE_CHECKING:
     from awa.worker.supervisor import Health
@@ -92,6 +101,8 @@ class Heartbeat:
         self._db = db
         pinned = db.pooler is not None
         self._heartbeat = Statement("workers_heartbeat", pinned)
+        self._heartbeat_with_progress = Statement("jobs_heartbeat_with_progress", pinned)
+        self._progress = progress_buffer(db)
         self._reregister = Statement("workers_reregister", pinned)
         self._worker_id = worker_id
         self._identity = identity
@@ -168,7 +179,19 @@ class Heartbeat:
         return connection
 
     async def _beat(self, connection: Any) -> None:
-        found = await self._heartbeat.fetchval(connection, self._worker_id)
+        reports = self._progress.take_all()
+        if not reports:
+            found = await self._heartbeat.fetchval(connection, self._worker_id)
+        else:
+            try:
+                found = await self._heartbeat_with_progress.fetchval(
+                    connection, self._worker_id, list(reports),
+                    [lease for lease, _text in reports.values()],
+                    [text for _lease, text in reports.values()],
+                )  # fmt: skip
+            except BaseException:
+                self._progress.put_back(reports)
+                raise
         if found is None:
             log.warning(
                 "worker %d was presumed dead (silent too long); registering again",

@@ -1,7 +1,10 @@
 """What an attempt came to: the one place a handler's return value or
 exception becomes an :class:`Outcome`.
 
-``None`` → completed; :class:`~awa.RetryAfter` → retryable (uses an
+``None`` → completed; any other value → completed with that value as the
+job's result (JSON, at most :data:`MAX_RESULT_BYTES`; one that cannot be
+stored fails the attempt for good with :class:`~awa.errors.ResultError`);
+:class:`~awa.RetryAfter` → retryable (uses an
 attempt); :class:`~awa.Snooze` → scheduled (does not); :class:`~awa.Cancel`
 → cancelled; :class:`~awa.WaitForCallback` → parked for the callback this
 attempt registered; :class:`~awa.TerminalError` → failed; any other
@@ -17,11 +20,11 @@ written; hooks and follow-ups see its ``event``.
 
 from __future__ import annotations
 
-import logging
 import traceback
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from awa.errors import TerminalError
+from awa import _core
+from awa.errors import ResultError, TerminalError, ValidationError
 from awa.hooks import CANCELLED, COMPLETED, FAILED, WAITING_FOR_CALLBACK
 from awa.outcomes import Cancel, RetryAfter, Snooze, WaitForCallback
 
@@ -29,13 +32,12 @@ if TYPE_CHECKING:
     from awa._core import _OutcomeCode as Code
     from awa.worker.attempt import RunningJob
 
-log = logging.getLogger("awa.executor")
-
 TRACEBACK_LINES: Final = 40
 #: Snooze is a reschedule, not an outcome: no event, no follow-ups.
 SNOOZED: Final = "snoozed"
-
-_warned_return_kinds: set[str] = set()
+#: The largest result a handler may return, as JSON: it is written with the
+#: completion, in the batch that completes other jobs too.
+MAX_RESULT_BYTES: Final = 64 * 1024
 
 
 class Outcome(NamedTuple):
@@ -55,6 +57,8 @@ class Outcome(NamedTuple):
     message: str = ""
     traceback: str | None = None
     duration_s: float = 0.0
+    #: What a completing handler returned, as JSON text (``None``: nothing).
+    result: str | None = None
 
     @property
     def error_text(self) -> str:
@@ -96,15 +100,35 @@ def of_result(job: RunningJob[Any], result: Any, duration_s: float) -> Outcome:
         return Outcome("waiting_for_callback", WAITING_FOR_CALLBACK)
     if isinstance(result, Cancel):
         return Outcome("cancelled", CANCELLED, message=str(result.reason))
-    if job.kind not in _warned_return_kinds:
-        _warned_return_kinds.add(job.kind)
-        log.warning(
-            "handler for %r returned %r; only None, RetryAfter, Snooze, Cancel and "
-            "WaitForCallback mean something, so the job is marked completed",
-            job.kind,
-            type(result).__name__,
+    try:
+        text = result_json(result)
+    except ResultError as error:
+        return of_error(error)
+    completed = _completed(job, duration_s)
+    return completed._replace(result=text) if completed.code == "completed" else completed
+
+
+def result_json(result: Any) -> str:
+    """A handler's return value as the JSON its job stores (what
+    ``_core.encode_json`` writes for arguments too); raises
+    :class:`~awa.errors.ResultError` for a value JSON cannot hold or larger
+    than :data:`MAX_RESULT_BYTES`."""
+    try:
+        text = _core.encode_json(result, "result")
+    except ValidationError as error:
+        raise ResultError(
+            f"the handler's return value cannot be stored as the job's result ({error})",
+            error.field,
+        ) from None
+    size = len(text.encode())
+    if size > MAX_RESULT_BYTES:
+        raise ResultError(
+            f"the handler's return value is {size} bytes of JSON, more than the "
+            f"{MAX_RESULT_BYTES} a result may hold (store bulky output in your own tables "
+            "and return a reference)",
+            "result",
         )
-    return _completed(job, duration_s)
+    return text
 
 
 def of_error(error: BaseException) -> Outcome:

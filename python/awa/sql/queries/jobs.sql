@@ -5,7 +5,8 @@
 -- schema_version, rate_class, partition_key (see awa/job.py; jobs_claim
 -- returns attempt_deadline_at and schema_version after callback_timeout_at,
 -- and neither rate_class nor partition_key: a claimed job reads them as
--- NULL). Times are stored as timestamptz and `now()` is always the
+-- NULL). jobs_get and jobs_list add progress and result, jobs_claim adds
+-- progress (read as None where a row lacks them). Times are stored as timestamptz and `now()` is always the
 -- database's clock.
 
 -- name: jobs_insert
@@ -195,7 +196,8 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       progress, result
 FROM awa.jobs
 WHERE id = $1;
 
@@ -207,7 +209,8 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
-       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       progress, result
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -252,7 +255,9 @@ SELECT set_config('enable_seqscan', 'off', false);
 -- jobs taken in awa.claims. Returns the job's columns, then
 -- attempt_deadline_at and schema_version; and a row with a NULL id for
 -- each queue a limit held back (its attempt_deadline_at: when to look
--- again).
+-- again). Last, the progress an earlier attempt left (read only for an
+-- attempt after the first or after a crash: a first attempt has none, and
+-- looking it up would cost every claimed job a second read of its row).
 WITH claimed AS MATERIALIZED (
     SELECT * FROM awa.claim_v2($1::text[], $2::integer[], $3::bigint, $4::text[],
                                $5::float8[], $6::float8[])
@@ -262,7 +267,10 @@ WITH claimed AS MATERIALIZED (
     WHERE claimed.id IS NOT NULL
     HAVING count(*) > 0
 )
-SELECT * FROM claimed;
+SELECT claimed.*, CASE WHEN claimed.attempt > 1 OR claimed.crashes > 0
+                       THEN (SELECT jobs.progress FROM awa.jobs WHERE jobs.id = claimed.id)
+                  END AS progress
+FROM claimed;
 
 -- name: jobs_claim_with_settings
 -- jobs_claim as a worker claims: $7 each queue's priority aging interval,
@@ -279,7 +287,10 @@ WITH claimed AS MATERIALIZED (
     WHERE claimed.id IS NOT NULL
     HAVING count(*) > 0
 )
-SELECT * FROM claimed;
+SELECT claimed.*, CASE WHEN claimed.attempt > 1 OR claimed.crashes > 0
+                       THEN (SELECT jobs.progress FROM awa.jobs WHERE jobs.id = claimed.id)
+                  END AS progress
+FROM claimed;
 
 -- name: jobs_claim_one
 -- Claims the most urgent available job, optionally of one kind and/or queue,
@@ -318,7 +329,15 @@ RETURNING jobs.id, jobs.run_lease, jobs.kind, jobs.queue, jobs.state::text AS st
 -- of a list on the client, about 1 µs a job; the server parses the text for
 -- less). Each row is
 -- guarded by (id, run_lease, state = 'running'): an outcome from a stale
--- attempt matches nothing. Delays are added to the database's clock.
+-- attempt matches nothing. Delays are added to the database's clock. $7
+-- is each row's result (what a completing handler returned, JSON text) or
+-- NULL for the whole batch when no row has one (unnest pads it with NULLs);
+-- $8 likewise, the last progress report of an attempt that made one (NULL
+-- keeps the job's).
+-- A batch that ends a job (completed, failed, cancelled) that a
+-- client.result waits for (awa.result_waiters) notifies awa_finished once,
+-- as it commits. Returns the rows it applied (and whether it notified).
+WITH finished AS (
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -337,10 +356,12 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
+    result = outcome.result,
+    progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error)
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -348,7 +369,21 @@ WHERE jobs.id = outcome.id
   -- this join (jobs_running_idx did, before migration 0014: its row estimate
   -- was often stale, and a plan that scanned it re-read the whole batch for
   -- every running job).
-  AND jobs.state::text = 'running';
+  AND jobs.state::text = 'running'
+RETURNING jobs.id
+), applied AS (
+    SELECT count(*) AS applied FROM finished
+), ended AS (
+    -- One notification a batch, never one a job; only when the batch ends
+    -- a job (its outcomes read as a whole, so a stale one may wake a waiter
+    -- for nothing: it reads its job again) that someone waits for, checked
+    -- once the update is done (see awa.result_awaited_v1).
+    SELECT count(pg_notify('awa_finished', '')) AS notified FROM applied
+    WHERE applied.applied > 0
+      AND $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+      AND awa.result_awaited_v1($1::text::bigint[])
+)
+SELECT applied.applied, ended.notified FROM applied, ended;
 
 -- name: jobs_finish_batch_observed
 -- jobs_finish_batch, returning what it changed in each row (for hooks and
@@ -358,6 +393,7 @@ WHERE jobs.id = outcome.id
 -- the outcome changed them (a timestamp costs the worker to decode). The UPDATE is the same text as
 -- jobs_finish_batch; a test keeps them equal. Job.finished reads the columns
 -- by position.
+WITH finished AS (
 UPDATE awa.jobs AS jobs
 SET state = outcome.state::awa.job_state,
     run_at = CASE WHEN outcome.delay_s IS NULL THEN jobs.run_at
@@ -376,10 +412,12 @@ SET state = outcome.state::awa.job_state,
                        || jsonb_build_array(outcome.error || jsonb_build_object(
                            'at', now(), 'started_at', jobs.attempted_at,
                            'worker_id', jobs.worker_id)) END,
-    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END
+    failure_reason = CASE WHEN outcome.state = 'failed' THEN outcome.error ->> 'reason' END,
+    result = outcome.result,
+    progress = coalesce(outcome.progress, jobs.progress)
 FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::text[], $4::text::float8[],
-            $5::text::integer[], $6::text::jsonb[])
-     AS outcome(id, run_lease, state, delay_s, refund, error)
+            $5::text::integer[], $6::text::jsonb[], $7::text[]::jsonb[], $8::text[]::jsonb[])
+     AS outcome(id, run_lease, state, delay_s, refund, error, result, progress)
 WHERE jobs.id = outcome.id
   AND jobs.run_lease = outcome.run_lease
   AND (outcome.state <> 'waiting_external' OR jobs.callback_id IS NOT NULL)
@@ -392,7 +430,20 @@ RETURNING jobs.id, jobs.state::text AS state, jobs.attempt,
           CASE WHEN outcome.delay_s IS NOT NULL THEN jobs.run_at END AS run_at,
           jobs.finalized_at,
           CASE WHEN outcome.error IS NOT NULL THEN jobs.errors END AS errors,
-          jobs.callback_id, jobs.callback_timeout_at, jobs.tags;
+          jobs.callback_id, jobs.callback_timeout_at, jobs.tags
+), applied AS (
+    SELECT count(*) AS applied FROM finished
+), ended AS (
+    -- One notification a batch, never one a job; only when the batch ends
+    -- a job (its outcomes read as a whole, so a stale one may wake a waiter
+    -- for nothing: it reads its job again) that someone waits for, checked
+    -- once the update is done (see awa.result_awaited_v1).
+    SELECT count(pg_notify('awa_finished', '')) AS notified FROM applied
+    WHERE applied.applied > 0
+      AND $3::text::text[] && ARRAY['completed', 'failed', 'cancelled']
+      AND awa.result_awaited_v1($1::text::bigint[])
+)
+SELECT finished.*, ended.notified FROM finished, ended;
 
 -- name: jobs_register_callback
 -- Gives a running attempt a callback id and its deadline; guarded like every
@@ -455,9 +506,12 @@ WITH parked AS (
 ), told AS (
     -- A handler waiting in place, or still running (early), lost the job.
     SELECT pg_notify('awa_control', 'lost:' || id) FROM resolved
+), ended AS (
+    -- client.result waiters read their job again.
+    SELECT pg_notify('awa_finished', '') FROM resolved WHERE state IN ('completed', 'failed')
 )
 SELECT resolved.*, (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM told) AS told
+       (SELECT count(*) FROM told) AS told, (SELECT count(*) FROM ended) AS ended
 FROM resolved;
 
 -- name: jobs_park_in_place
@@ -701,8 +755,12 @@ WITH target AS (
     SELECT pg_notify('awa_control', 'cancel:' || id)
     FROM cancelled
     WHERE previous_state IN ('running', 'waiting_external')
+), ended AS (
+    -- client.result waiters read their job again (one notification).
+    SELECT pg_notify('awa_finished', '') FROM (SELECT 1 FROM cancelled LIMIT 1) AS any_cancelled
 )
-SELECT cancelled.*, (SELECT count(*) FROM told) AS told FROM cancelled ORDER BY id;
+SELECT cancelled.*, (SELECT count(*) FROM told) AS told, (SELECT count(*) FROM ended) AS ended
+FROM cancelled ORDER BY id;
 
 -- name: jobs_ids_by_unique_key
 -- Unfinished jobs inserted with this unique key.
@@ -1121,3 +1179,49 @@ FROM awa.jobs AS j
 WHERE j.queue = $2::text
 GROUP BY j.queue, j.state
 ORDER BY 1, 2;
+
+-- name: jobs_heartbeat_with_progress
+-- A worker's heartbeat ($1, as workers_heartbeat) that also writes the
+-- progress its running attempts reported since the last one: $2 job ids,
+-- $3 their run leases, $4 progress (JSON text), aligned. Each row is
+-- guarded by its run lease and a running (or waiting in place) state, so
+-- an attempt that lost its job writes nothing. A row another transaction
+-- is writing (its outcome, a flush_progress, a cancel) is skipped, not
+-- waited for: the beat never waits on, or deadlocks with, the completer,
+-- whose outcome carries the attempt's last report anyway. Returns the
+-- worker's id, or nothing if its row was removed.
+WITH reported AS (
+    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[]) AS r(id, run_lease, progress)
+), held AS (
+    SELECT jobs.id FROM awa.jobs
+    JOIN reported ON jobs.id = reported.id AND jobs.run_lease = reported.run_lease
+    WHERE jobs.state IN ('running', 'waiting_external')
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs SKIP LOCKED
+), progressed AS (
+    UPDATE awa.jobs AS jobs
+    SET progress = reported.progress::jsonb
+    FROM held JOIN reported ON reported.id = held.id
+    WHERE jobs.id = held.id
+    RETURNING jobs.id
+)
+UPDATE awa.workers SET heartbeat_at = now() WHERE id = $1 RETURNING id;
+
+-- name: jobs_set_progress
+-- Writes one attempt's progress now (job.flush_progress), guarded like the
+-- heartbeat's; returns the id, or nothing when the attempt lost its job.
+UPDATE awa.jobs SET progress = $3::jsonb
+WHERE id = $1 AND run_lease = $2 AND state IN ('running', 'waiting_external')
+RETURNING id;
+
+-- name: jobs_result
+-- What client.result needs of one job: its state, its result, and why it
+-- failed (the last error entry's type and message) or was cancelled.
+-- Read after the waiter registered (result_waiters_add).
+SELECT state::text AS state, result, failure_reason,
+       errors -> -1 ->> 'type' AS error_type, errors -> -1 ->> 'message' AS error_message
+FROM awa.jobs
+WHERE id = $1
+-- Waits for a write of the row in flight: a batch that completed the job
+-- before this waiter registered did not notify it (result_awaited_v1).
+FOR SHARE;
