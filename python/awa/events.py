@@ -5,22 +5,20 @@ produced it (``job.state`` is the state after it), and ``args``: an instance
 of the type given to ``on_event``, or the plain decoded dict for
 ``on_event_kind``. Events are immutable.
 
-=====================  ======================================================
-event                  fires when
-=====================  ======================================================
-``Started``            the claim committed, as the handler starts
-``WaitingForCallback`` the handler returned ``awa.WaitForCallback`` and the job
-                       parked in ``waiting_external``
-``Completed``          the job finished successfully (with the handler's
-                       ``result``)
-``Retried``            the attempt failed (or returned ``RetryAfter``) and the
-                       job will run again
-``Exhausted``          the job failed for good: no attempts left, or a
-                       ``TerminalError``
-``Cancelled``          the job was cancelled
-``Rescued``            maintenance took the job back from a worker that stopped
-                       heartbeating, from a deadline or from a callback timeout
-=====================  ======================================================
+Each event, and when it fires:
+
+- ``Started``: the claim committed, as the handler starts.
+- ``WaitingForCallback``: the handler returned ``awa.WaitForCallback`` and
+  the job parked in ``waiting_external``.
+- ``Completed``: the job finished successfully (with the handler's
+  ``result``).
+- ``Retried``: the attempt failed (or returned ``RetryAfter``) and the job
+  will run again.
+- ``Exhausted``: the job failed for good: no attempts left, or a
+  ``TerminalError``.
+- ``Cancelled``: the job was cancelled.
+- ``Rescued``: maintenance took the job back from a worker that stopped
+  heartbeating, from a deadline or from a callback timeout.
 
 ``Snooze`` emits nothing: it is a reschedule, not an outcome.
 """
@@ -134,4 +132,4 @@ JobEvent: TypeAlias = (
     | Cancelled[Any]
     | Rescued[Any]
 )
-"""Any one of the events above: what a hook registered with ``client.on_event`` receives."""
+"""Any one of this module's events: what a hook registered with ``client.on_event`` receives."""
