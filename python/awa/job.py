@@ -339,7 +339,11 @@ class Job(Generic[T_co]):
         """What the handler returned when it completed the job, decoded from
         JSON (dicts, lists, strings, numbers; a pydantic model or dataclass
         comes back as a dict); ``None`` when it returned ``None``, and for a
-        job that has not completed."""
+        job that has not completed. Like ``args``, it may hold personal data:
+        a job read without its payload (``get_job``/``list_jobs`` without
+        ``include_payload=True``) raises :class:`awa.PayloadOmitted`;
+        ``client.result`` reads it either way."""
+        self._require_payload()
         raw = self._result_json
         return None if raw is None else _core.decode_json(raw)
 

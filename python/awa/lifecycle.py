@@ -101,9 +101,10 @@ class Lifecycle:
         except FollowUpFailed as failed:
             raise FollowUpError(f"{failed}; {undone}") from failed.error
         if len(follow_ups):
-            await db.fetchval(
+            inserted_keys = await db.fetchval(
                 "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
             )
+            metrics.add(metrics.FOLLOW_UPS_WRITTEN, len(follow_ups.rows.written(inserted_keys)))
 
     def committed(
         self,
@@ -111,8 +112,10 @@ class Lifecycle:
         follow_ups: FollowUpRows | None,
         inserted_keys: list[bytes] | None,
     ) -> None:
-        """After the commit: counts staged follow-ups (``inserted_keys`` is what
+        """After the commit: counts follow-ups (``inserted_keys`` is what
         ``jobs_insert_follow_ups`` returned) and dispatches events."""
+        if follow_ups is not None and len(follow_ups):
+            metrics.add(metrics.FOLLOW_UPS_WRITTEN, len(follow_ups.rows.written(inserted_keys)))
         if follow_ups is not None and follow_ups.staged:
             positions = set(follow_ups.rows.written(inserted_keys))
             for start, end in follow_ups.staged:

@@ -33,6 +33,7 @@ from typing import Final, Literal
 STAGED_FOLLOW_UPS_COMMITTED: Final = "awa.job.staged_follow_ups_committed"
 STAGED_FOLLOW_UPS_DISCARDED: Final = "awa.job.staged_follow_ups_discarded"
 FOLLOW_UP_RESULT: Final = "awa.follow_up.result"
+FOLLOW_UPS_WRITTEN: Final = "awa.follow_up.written"
 
 JOB_INSERTED: Final = "awa.job.inserted"
 JOB_STARTED: Final = "awa.job.started"
@@ -105,6 +106,9 @@ INSTRUMENTS: Final[tuple[Instrument, ...]] = (
                "Slots this process has, per queue."),
     Instrument(STAGED_FOLLOW_UPS_COMMITTED, "counter", "{job}", (FOLLOW_UP_RESULT,),
                "Follow-ups a handler staged that were written with its completion."),
+    Instrument(FOLLOW_UPS_WRITTEN, "counter", "{job}", (),
+               "Follow-up jobs written with the transition that asked for them (specs and "
+               "staged), duplicates of a held unique key excluded."),
     Instrument(STAGED_FOLLOW_UPS_DISCARDED, "counter", "{job}", (),
                "Follow-ups a handler staged that were dropped (the attempt did not complete)."),
 )  # fmt: skip

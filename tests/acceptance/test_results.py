@@ -47,7 +47,9 @@ async def test_a_returned_value_is_stored_and_returned_by_result(client, conn):
     expected = {"n": 7, "items": [1, 2.5, "three", None, True]}
     assert await client.result(job.id, timeout=WAIT_S) == expected
     assert json.loads((await job_row(conn, job.id))["result"]) == expected
-    assert (await client.get_job(job.id)).result == expected
+    assert (await client.get_job(job.id, include_payload=True)).result == expected
+    with pytest.raises(awa.PayloadOmitted):
+        _ = (await client.get_job(job.id)).result
 
 
 async def test_result_started_before_the_job_runs_returns_once_it_completes(

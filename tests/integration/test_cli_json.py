@@ -293,3 +293,28 @@ async def test_doctor_and_queues_stats_print_envelopes_the_schema_accepts(client
     assert (queue["queue"], queue["counts"]["available"], queue["in_flight"]) == (
         "stats-json", 1, 0,
     )  # fmt: skip
+
+
+async def test_jobs_show_gives_progress_and_the_result_only_with_payload(
+    client, conn, database_url
+):
+    @client.task(dict, kind="cli_result_job", queue="cli_result")
+    async def cli_result_job(job):
+        job.set_progress(100, "all done", rows=3)
+        return {"rows": 3}
+
+    job = await client.insert({"n": 1}, kind="cli_result_job")
+    await client.start([("cli_result", 1)], **FAST_WORKER)
+    assert await client.result(job.id, timeout=30) == {"rows": 3}
+    await client.shutdown()
+    code, shown = await awa_json(database_url, "jobs", "show", str(job.id))
+    assert code == 0
+    assert shown["data"]["progress"] == {"percent": 100, "message": "all done"}
+    assert "result" not in shown["data"]
+    code, full = await awa_json(database_url, "jobs", "show", str(job.id), "--payload")
+    assert full["data"]["progress"] == {"percent": 100, "message": "all done", "data": {"rows": 3}}
+    assert full["data"]["result"] == {"rows": 3}
+    _, out, _ = await run_awa(
+        "jobs", "show", str(job.id), "--payload", "--database-url", database_url
+    )
+    assert "  progress 100%  all done" in out and '  result {"rows": 3}' in out

@@ -413,3 +413,28 @@ async def test_a_bad_or_busy_metrics_port_is_a_usage_error(database_url, tmp_pat
     finally:
         busy.close()
     assert code == 2 and f"--metrics-port: cannot listen on 127.0.0.1:{busy.port}" in err
+
+
+async def test_follow_ups_written_are_counted(client, conn):
+    @client.task(dict, kind="m_parent", queue="m_follow")
+    async def parent(job: Any) -> None:
+        job.enqueue_on_completion({"staged": True}, kind="m_child", queue="m_follow_children")
+
+    client.on_completed_enqueue_with(
+        dict,
+        lambda args, job: awa.EnqueueRequest(
+            {"spec": True}, kind="m_child", queue="m_follow_children"
+        ),
+        kind="m_parent",
+    )
+    before = metrics.value(metrics.FOLLOW_UPS_WRITTEN)
+    job = await client.insert({}, kind="m_parent")
+    await client.start([("m_follow", 1)], **FAST_WORKER)
+    await wait_for_state(conn, job.id, "completed")
+
+    async def both_counted() -> bool:
+        return metrics.value(metrics.FOLLOW_UPS_WRITTEN) - before == 2
+
+    await eventually(both_counted)
+    children = await conn.fetchval("SELECT count(*) FROM awa.jobs WHERE kind = 'm_child'")
+    assert children == 2

@@ -11,7 +11,7 @@ from awa.cli.common import add_database_options, add_json_option, add_page_optio
 from awa.cli.output import Refused, Reply, when
 from awa.client import MAX_LIST_LIMIT
 from awa.explain import Explanation
-from awa.job import Job, JobState
+from awa.job import Job, JobState, Progress
 
 
 def add_commands(commands: Any) -> None:
@@ -159,10 +159,23 @@ def job_data(job: Job[Any], *, with_payload: bool) -> dict[str, Any]:
             }
             for record in job.attempts
         ],
+        "progress": progress_data(job.progress, with_payload=with_payload),
     }
     if with_payload:
         data["args"] = json.loads(job.args_json)
         data["metadata"] = job.metadata
+        data["result"] = job.result
+    return data
+
+
+def progress_data(progress: Progress | None, *, with_payload: bool) -> dict[str, Any] | None:
+    """The handler's last report: its percent and message, and the data it
+    gave only with ``--payload`` (it may hold personal data)."""
+    if progress is None:
+        return None
+    data: dict[str, Any] = {"percent": progress.percent, "message": progress.message}
+    if with_payload:
+        data["data"] = progress.data
     return data
 
 
@@ -194,11 +207,17 @@ def describe_job(job: Job[Any], *, with_payload: bool) -> list[str]:
         flow.append(f"schema_version {job.schema_version}")
     if flow:
         lines.append("  " + "  ".join(flow))
+    progress = job.progress
+    if progress is not None:
+        message = f"  {progress.message}" if progress.message else ""
+        lines.append(f"  progress {progress.percent:g}%{message}")
     if with_payload:
         lines.append(f"  args {job.args_json}")
         lines.append(f"  metadata {json.dumps(job.metadata, sort_keys=True)}")
+        if job.state.value == "completed":
+            lines.append(f"  result {json.dumps(job.result, sort_keys=True)}")
     else:
-        lines.append("  args and metadata not shown (--payload shows them)")
+        lines.append("  args, metadata and result not shown (--payload shows them)")
     records = job.attempts
     lines.append(f"attempts ({len(records)}):")
     for record in records:

@@ -190,27 +190,28 @@ WHERE id BETWEEN $1 AND $2
 ORDER BY id;
 
 -- name: jobs_get
--- One job by id. Its args and metadata only when $2 asks for them: they
--- may hold personal data, so inspection leaves them in the database.
+-- One job by id. Its args, metadata and result only when $2 asks for
+-- them: they may hold personal data, so inspection leaves them in the
+-- database.
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
        errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
-       progress, result
+       progress, CASE WHEN $2::boolean THEN result END AS result
 FROM awa.jobs
 WHERE id = $1;
 
 -- name: jobs_list
 -- Newest jobs first, optionally filtered by state, queue, kind and a tag
--- ($6), and below id $7 (the next page); args and metadata only when $5
--- asks for them (see jobs_get).
+-- ($6), and below id $7 (the next page); args, metadata and result only
+-- when $5 asks for them (see jobs_get).
 SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
        crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
        errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
-       progress, result
+       progress, CASE WHEN $5::boolean THEN result END AS result
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
