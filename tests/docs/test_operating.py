@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from awa.cli import parser
 
@@ -51,7 +52,19 @@ def command_lines(text: str) -> list[str]:
     return commands
 
 
-COMMANDS = command_lines(GUIDE.read_text(encoding="utf-8"))
+def container_commands(text: str) -> list[str]:
+    """The ``awa …`` commands of the Kubernetes manifests' containers."""
+    commands = []
+    for block in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
+        manifest = yaml.safe_load(block)
+        for container in manifest["spec"]["template"]["spec"]["containers"]:
+            if container["command"][0] == "awa":
+                commands.append(shlex.join(container["command"]))
+    return commands
+
+
+TEXT = GUIDE.read_text(encoding="utf-8")
+COMMANDS = command_lines(TEXT) + container_commands(TEXT)
 
 
 def test_the_guide_shows_every_daily_command() -> None:
