@@ -1,4 +1,5 @@
-"""Every command docs/operating.md shows is one the command line accepts.
+"""docs/operating.md: every command it shows is one the command line
+accepts, and its worker script runs.
 
 The guide's outputs were printed by real runs; what can drift without
 anyone noticing is the command lines themselves (an option renamed, a
@@ -7,16 +8,46 @@ exits with status 2 on a command line it refuses."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import shlex
+import signal
+import sys
+import textwrap
 from pathlib import Path
 
+import asyncpg
 import pytest
 import yaml
 
+import awa
 from awa.cli import parser
+from tests.support import eventually
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "operating.md"
+
+#: The guide's app, ``shop.jobs``, with the parts the guide leaves out.
+SHOP_JOBS = textwrap.dedent(
+    """
+    from pydantic import BaseModel
+
+    import awa
+
+    client = awa.AsyncClient()
+
+
+    class SendEmail(BaseModel):
+        to: str
+        subject: str
+
+
+    @client.task(SendEmail, queue="email")
+    async def send_email(job: awa.Job[SendEmail]) -> None:
+        pass
+    """
+)
 
 #: The groups of commands the guide promises to show, each at least once.
 DAILY_COMMANDS = {
@@ -83,3 +114,53 @@ def test_the_command_line_is_accepted(command: str) -> None:
     except SystemExit as refused:
         pytest.fail(f"awa refuses {command!r} (exit status {refused.code})")
     assert options.command
+
+
+def worker_script(text: str) -> str:
+    """The guide's ``shop/worker.py``."""
+    [script] = [block for block in code_blocks(text) if block.startswith("# shop/worker.py")]
+    return script
+
+
+async def test_the_worker_script_works_jobs_and_stops_on_sigterm(
+    database_url: str, conn: asyncpg.Connection, tmp_path: Path
+) -> None:
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "shop" / "jobs.py").write_text(SHOP_JOBS, encoding="utf-8")
+    (tmp_path / "shop" / "worker.py").write_text(worker_script(TEXT), encoding="utf-8")
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "shop.worker",
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "AWA_DATABASE_URL": database_url,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "python")]),
+        },
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with awa.AsyncClient(database_url) as producer:
+            job = await producer.insert(
+                {"to": "ada@example.com", "subject": "Welcome"}, kind="send_email", queue="email"
+            )
+
+        async def completed() -> bool:
+            if worker.returncode is not None:
+                assert worker.stderr is not None
+                err = await worker.stderr.read()
+                pytest.fail(f"the script exited with status {worker.returncode}: {err.decode()}")
+            state = await conn.fetchval("SELECT state::text FROM awa.jobs WHERE id = $1", job.id)
+            return bool(state == "completed")
+
+        await eventually(completed, timeout=30)
+        worker.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(worker.communicate(), 60)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    assert worker.returncode == 0, err.decode()
+    assert await conn.fetchval("SELECT count(*) FROM awa.workers") == 0
