@@ -36,12 +36,12 @@ def register_tasks(client: awa.AsyncClient) -> None:
         raise BrokenOnPurpose("the handler broke on purpose")
 
 
-async def failed_job(client: awa.AsyncClient, **options: Any) -> awa.Job[Any]:
-    """A job of ``web_broken`` whose one attempt failed: a dead letter."""
+async def failed_job(client: awa.AsyncClient, queue: str = "web") -> awa.Job[Any]:
+    """A job of ``web_broken`` in ``queue`` whose one attempt failed: a dead letter."""
     job = await client.insert(
-        {"secret": "s3cr3t-payload"}, kind="web_broken", queue="web", max_attempts=1, **options
+        {"secret": "s3cr3t-payload"}, kind="web_broken", queue=queue, max_attempts=1
     )
-    result = await AwaTestClient(client).work_one("web_broken")
+    result = await AwaTestClient(client).work_one("web_broken", queue=queue)
     assert result is not None and result.job.state is awa.JobState.Failed
     return job
 

@@ -376,15 +376,16 @@ class Dashboard:
     async def periodic_action(self, request: Request) -> Response:
         verb, name = request.path_params["verb"], request.path_params["name"]
         actions = {
-            "pause": self.client.pause_periodic,
-            "resume": self.client.resume_periodic,
-            "trigger": self.client.trigger_periodic,
+            "pause": (self.client.pause_periodic, "periodic-paused"),
+            "resume": (self.client.resume_periodic, "periodic-resumed"),
+            "trigger": (self.client.trigger_periodic, "periodic-triggered"),
         }
         if verb not in actions:
             raise HTTPException(404)
         await self.action_form(request)
-        await actions[verb](name)
-        return self.back_to(request, "/periodic", f"periodic-{verb}d")
+        act, done = actions[verb]
+        await act(name)
+        return self.back_to(request, "/periodic", done)
 
     async def release_quarantine(self, request: Request) -> Response:
         await self.action_form(request)
