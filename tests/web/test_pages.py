@@ -25,7 +25,11 @@ async def test_overview_shows_each_queue_with_its_backlog_age_and_sparklines(das
     assert page.status_code == 200
     html = page.text
     assert 'href="/jobs?queue=backlog"' in html and 'href="/jobs?queue=web"' in html
-    backlog_row = html[html.index('href="/jobs?queue=backlog"') : html.index("</tr>", html.index('href="/jobs?queue=backlog"'))]
+    backlog_row = html[
+        html.index('href="/jobs?queue=backlog"') : html.index(
+            "</tr>", html.index('href="/jobs?queue=backlog"')
+        )
+    ]
     assert '<td class="num">3</td>' in backlog_row
     web_row = html[html.index('href="/jobs?queue=web"') :]
     web_row = web_row[: web_row.index("</tr>")]

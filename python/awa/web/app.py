@@ -21,8 +21,8 @@ import datetime
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from urllib.parse import urlencode
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import asyncpg
 from starlette.applications import Starlette
@@ -147,7 +147,9 @@ def create_app(
         from prometheus_client import make_asgi_app
 
         # A Route, not a Mount: /metrics itself answers (a Mount redirects it to /metrics/).
-        routes.append(Route("/metrics", AsgiEndpoint(make_asgi_app(registry=prometheus.registry()))))
+        routes.append(
+            Route("/metrics", AsgiEndpoint(make_asgi_app(registry=prometheus.registry())))
+        )
     middleware = [] if checked_auth is None else [Middleware(AuthMiddleware, auth=checked_auth)]
     return Starlette(
         routes=routes,
@@ -270,17 +272,21 @@ class Dashboard:
         )
         rows = queue_rows(summaries, activity, datetime.datetime.now(datetime.UTC))
         paused = [row for row in rows if row["paused"]]
-        return self.page(request, "overview.html", {"queues": rows, "paused": paused,
-                                                    "rate_minutes": RATE_MINUTES,
-                                                    "spark_minutes": SPARKLINE_MINUTES})  # fmt: skip
+        return self.page(
+            request,
+            "overview.html",
+            {"queues": rows, "paused": paused, "rate_minutes": RATE_MINUTES,
+             "spark_minutes": SPARKLINE_MINUTES},
+        )  # fmt: skip
 
     async def jobs(self, request: Request) -> Response:
-        filters = {
-            name: request.query_params.get(name) or None
-            for name in ("state", "queue", "kind", "tag")
-        }
-        before = optional_id(request.query_params.get("before"), "before")
-        found = await self.client.list_jobs(**filters, before=before, limit=PAGE_SIZE)
+        query = request.query_params
+        filters = {name: query.get(name) or None for name in ("state", "queue", "kind", "tag")}
+        before = optional_id(query.get("before"), "before")
+        found = await self.client.list_jobs(
+            state=filters["state"], queue=filters["queue"], kind=filters["kind"],
+            tag=filters["tag"], before=before, limit=PAGE_SIZE,
+        )  # fmt: skip
         next_before = found[-1].id if len(found) == PAGE_SIZE else None
         return self.page(
             request,
@@ -306,7 +312,9 @@ class Dashboard:
 
     async def dead_letters(self, request: Request) -> Response:
         filters = dlq_filters(request.query_params)
-        letters = await self.client.list_dlq(**filters, limit=PAGE_SIZE)
+        letters = await self.client.list_dlq(
+            queue=filters["queue"], kind=filters["kind"], reason=filters["reason"], limit=PAGE_SIZE
+        )
         return self.page(
             request,
             "dlq.html",
@@ -332,9 +340,7 @@ class Dashboard:
         job_id = request.path_params["job_id"]
         job = await self.client.get_job(job_id)
         if job.state is not JobState.Failed:
-            raise Refused(
-                409, f"job {job_id} is {job.state.value}: only failed jobs are retried"
-            )
+            raise Refused(409, f"job {job_id} is {job.state.value}: only failed jobs are retried")
         await self.client.retry_from_dlq([job_id])
         return self.back_to(request, f"/jobs/{job_id}", "retried")
 
@@ -349,7 +355,10 @@ class Dashboard:
         filters = dlq_filters(form)
         everything = not any(filters.values())
         if form.get("confirm") != "yes":
-            sample = await self.client.list_dlq(**filters, limit=CONFIRM_SAMPLE)
+            sample = await self.client.list_dlq(
+                queue=filters["queue"], kind=filters["kind"], reason=filters["reason"],
+                limit=CONFIRM_SAMPLE,
+            )  # fmt: skip
             return self.page(
                 request,
                 "confirm.html",
@@ -357,9 +366,15 @@ class Dashboard:
                  "sample": sample, "sample_size": CONFIRM_SAMPLE},
             )  # fmt: skip
         if verb == "retry":
-            await self.client.retry_from_dlq(**filters, everything=everything)
+            await self.client.retry_from_dlq(
+                queue=filters["queue"], kind=filters["kind"], reason=filters["reason"],
+                everything=everything,
+            )  # fmt: skip
             return self.back_to(request, "/dlq", "dlq-retried")
-        await self.client.purge_dlq(**filters, everything=everything)
+        await self.client.purge_dlq(
+            queue=filters["queue"], kind=filters["kind"], reason=filters["reason"],
+            everything=everything,
+        )  # fmt: skip
         return self.back_to(request, "/dlq", "dlq-purged")
 
     async def queue_action(self, request: Request) -> Response:
@@ -399,9 +414,9 @@ class Dashboard:
     async def http_error(self, request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         heading = "Not found" if error.status_code == 404 else "Error"
-        message = error.detail if error.status_code != 404 or error.detail != "Not Found" else (
-            f"nothing here: {request.url.path}"
-        )
+        message = error.detail
+        if error.status_code == 404 and message == "Not Found":  # Starlette's: no route
+            message = f"nothing here: {request.url.path}"
         return self.error_page(request, error.status_code, heading, message)
 
     async def not_found(self, request: Request, error: Exception) -> Response:
@@ -465,10 +480,10 @@ def queue_rows(
 
 def optional_id(value: str | None, field: str) -> int | None:
     """A job id from the query string, or a :class:`awa.ValidationError`."""
-    if value in (None, ""):
+    if value is None or value == "":
         return None
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except ValueError:
         raise ValidationError(f"{field}: must be a job id (got {value!r})", field) from None
 

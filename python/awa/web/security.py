@@ -141,7 +141,7 @@ def check_auth(auth: object) -> Auth | None:
     if isinstance(auth, tuple) and len(auth) == 2 and all(isinstance(p, str) for p in auth):
         return BasicAuth(auth[0], auth[1])
     if callable(auth):
-        return auth  # type: ignore[no-any-return]
+        return auth
     raise ConfigurationError(
         "auth must be None, awa.web.BasicAuth(user, password), a (user, password) pair "
         f"or a callable taking the request (got {auth!r})"
