@@ -145,6 +145,14 @@ async def test_a_database_that_does_not_answer_is_a_503_page_naming_it(database_
     await down.close()
 
 
+async def test_an_unmigrated_database_is_a_503_page_saying_to_migrate(fresh_database):
+    empty = awa.AsyncClient(await fresh_database())
+    async with empty, http(create_app(empty)) as browser:
+        page = await browser.get("/jobs")
+    assert page.status_code == 503
+    assert "SchemaNotMigrated" in page.text and "awa migrate" in page.text
+
+
 async def test_metrics_are_served_when_asked(make_dashboard):
     async with make_dashboard(metrics=True) as browser:
         page = await browser.get("/metrics")

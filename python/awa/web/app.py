@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -94,8 +94,6 @@ UNAVAILABLE: Final = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
 )
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 def create_app(
@@ -497,5 +495,9 @@ def next_query(filters: Mapping[str, str | None], next_before: int | None) -> st
 
 
 def dlq_filters(source: Mapping[str, Any]) -> dict[str, str | None]:
-    """The queue, kind and reason a DLQ page or form names (empty: none)."""
-    return {name: (source.get(name) or None) for name in ("queue", "kind", "reason")}
+    """The queue, kind and reason a DLQ page or form names (empty: none;
+    a file upload in their place counts as none)."""
+    return {
+        name: value if isinstance(value := source.get(name), str) and value else None
+        for name in ("queue", "kind", "reason")
+    }
