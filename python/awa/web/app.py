@@ -471,9 +471,20 @@ def queue_rows(
             "throughput_per_min": completed / RATE_MINUTES,
             "failure_rate": failed / finished if finished else None,
             "completed_series": entry.completed if entry else (0,) * SPARKLINE_MINUTES,
-            "failed_series": entry.failed if entry else (0,) * SPARKLINE_MINUTES,
+            "failure_rate_series": failure_rates(entry),
         })  # fmt: skip
     return rows
+
+
+def failure_rates(entry: QueueActivity | None) -> tuple[float, ...]:
+    """Per minute, the share of the jobs that finished which failed for good
+    (0 for a minute in which none finished)."""
+    if entry is None:
+        return (0.0,) * SPARKLINE_MINUTES
+    return tuple(
+        failed / (completed + failed) if completed + failed else 0.0
+        for completed, failed in zip(entry.completed, entry.failed, strict=True)
+    )
 
 
 def optional_id(value: str | None, field: str) -> int | None:

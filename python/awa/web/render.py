@@ -14,12 +14,15 @@ SPARKLINE_WIDTH: Final = 120
 SPARKLINE_HEIGHT: Final = 24
 
 
-def sparkline(values: Sequence[int | float], css_class: str, label: str) -> Markup:
-    """``values`` as an inline SVG line, scaled to its own maximum (a flat
-    line at the bottom when all are 0); ``label`` is its accessible name."""
+def sparkline(
+    values: Sequence[int | float], css_class: str, label: str, top: float | None = None
+) -> Markup:
+    """``values`` as an inline SVG line, scaled to ``top`` (default: their own
+    maximum; a flat line at the bottom when all are 0); ``label`` is its
+    accessible name."""
     if not values:
         return Markup("")
-    top = max(values) or 1
+    top = top or max(values) or 1
     step = SPARKLINE_WIDTH / max(len(values) - 1, 1)
     usable = SPARKLINE_HEIGHT - 2
     points = " ".join(
