@@ -14,6 +14,7 @@ from awa.errors import ConfigurationError
 
 try:
     import jinja2  # noqa: F401
+    import python_multipart  # noqa: F401  (the action forms)
     import starlette  # noqa: F401
 except ImportError as missing:
     raise ConfigurationError(
