@@ -153,6 +153,19 @@ async def test_an_unmigrated_database_is_a_503_page_saying_to_migrate(fresh_data
     assert "SchemaNotMigrated" in page.text and "awa migrate" in page.text
 
 
+async def test_a_database_gone_while_serving_is_a_503_page_naming_it(fresh_database, conn):
+    url = await fresh_database()
+    gone = awa.AsyncClient(url, connect_timeout=5)
+    await gone.migrate()
+    async with gone, http(create_app(gone)) as browser:
+        assert (await browser.get("/jobs")).status_code == 200
+        await conn.execute(f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        for path in ("/jobs", "/"):
+            page = await browser.get(path)
+            assert page.status_code == 503, (path, page.text)
+            assert "does not exist" in page.text and "Traceback" not in page.text
+
+
 async def test_metrics_are_served_when_asked(make_dashboard):
     async with make_dashboard(metrics=True) as browser:
         page = await browser.get("/metrics")

@@ -85,6 +85,9 @@ NOTICES: Final = {
 #: States whose jobs never run again (no explanation to ask for).
 FINAL_STATES: Final = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})
 #: Errors meaning the database cannot be reached (or used): a 503 page.
+#: Besides the network's and awa's own: the server refusing new sessions
+#: (starting, shutting down, too many connections), and the database or
+#: role gone since the pool opened (its new connections are refused).
 UNAVAILABLE: Final = (
     ConnectionFailed,
     SchemaNotMigrated,
@@ -93,6 +96,10 @@ UNAVAILABLE: Final = (
     TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.InvalidAuthorizationSpecificationError,
 )
 
 
