@@ -176,5 +176,5 @@ def test_bad_auth_and_flags_are_named_configuration_errors(tasks):
         BasicAuth.parse("no-colon")
     with pytest.raises(awa.ConfigurationError, match="password"):
         BasicAuth("ops", "")
-    with pytest.raises(awa.ValidationError, match="allow_actions"):
+    with pytest.raises(awa.ConfigurationError, match="allow_actions"):
         create_app(tasks, allow_actions="yes")

@@ -40,6 +40,7 @@ from awa.activity import QueueActivity
 from awa.client import AsyncClient
 from awa.dead_letters import DeadLetterReason
 from awa.errors import (
+    ConfigurationError,
     ConnectionFailed,
     JobNotFound,
     PeriodicNotFound,
@@ -126,7 +127,7 @@ def create_app(
     give one when several processes serve the same dashboard). The client's
     lifecycle stays the caller's: the application never closes it."""
     if not isinstance(allow_actions, bool):
-        raise ValidationError("allow_actions: must be True or False", "allow_actions")
+        raise ConfigurationError(f"allow_actions must be True or False (got {allow_actions!r})")
     checked_auth = check_auth(auth)
     dashboard = Dashboard(client, allow_actions, title, CsrfTokens(csrf_secret))
     routes: list[Route | Mount] = [
