@@ -22,6 +22,7 @@ async def test_the_benchmark_times_every_page_on_the_table_it_fills(server_url):
     benchmark = load_benchmark()
     timings = await benchmark.run(server_url, 2_000, 1)
     assert set(timings) == {
-        *benchmark.pages(2_000), "client.list_queues()", "client.queue_activity()",
+        *benchmark.pages(2_000), benchmark.COLD_OVERVIEW,
+        "client.list_queues()", "client.queue_activity()",
     }  # fmt: skip
     assert all(ms > 0 for ms in timings.values())

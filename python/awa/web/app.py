@@ -4,9 +4,11 @@ few library calls on :class:`awa.AsyncClient` rendered by a Jinja2 template.
 Overview: ``create_app`` wires the pages, the actions, the static files,
 optionally ``/metrics``, authentication and the error pages. Every page
 reads a bounded amount: job listings are keyset pages (``before=``, as
-``awa jobs list``), and only the overview reads the whole jobs table (the
-per-queue counts of ``list_queues`` and the per-minute activity of
-``queue_activity``, run side by side), as the counts it shows need.
+``awa jobs list``). Only the overview's figures read the whole jobs table
+(the per-queue counts of ``list_queues`` and the per-minute activity of
+``queue_activity``, side by side), so they are read in the background at
+most once per ``overview_max_age`` and served from memory
+(:mod:`awa.web.overview`).
 
 Failure handling: a job or schedule that does not exist is a 404 page, bad
 input a 400 page naming the field, a database that does not answer (or an
@@ -51,6 +53,7 @@ from awa.errors import (
 from awa.job import JobState
 from awa.queues import QueueSummary
 from awa.web import render
+from awa.web.overview import DEFAULT_MAX_AGE_S, Figures, OverviewFigures
 from awa.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -112,6 +115,7 @@ def create_app(
     title: str = DEFAULT_TITLE,
     metrics: bool = False,
     csrf_secret: bytes | None = None,
+    overview_max_age: float = DEFAULT_MAX_AGE_S,
 ) -> Starlette:
     """The dashboard of ``client``'s database, as a Starlette application to
     mount (``Mount("/awa", create_app(client))``) or serve.
@@ -124,12 +128,18 @@ def create_app(
     a callable ``(request) -> bool`` (or awaitable bool). ``metrics=True``
     also serves ``/metrics`` (Prometheus, :func:`awa.prometheus.registry`).
     ``csrf_secret`` keys the CSRF tokens (default: random per application;
-    give one when several processes serve the same dashboard). The client's
-    lifecycle stays the caller's: the application never closes it."""
+    give one when several processes serve the same dashboard). The queues
+    page's counts and activity read the whole jobs table, so they are read
+    at most once per ``overview_max_age`` seconds, in the background, and
+    served from memory meanwhile (0: on every load; see
+    :mod:`awa.web.overview`). The client's lifecycle stays the caller's:
+    the application never closes it."""
     if not isinstance(allow_actions, bool):
         raise ConfigurationError(f"allow_actions must be True or False (got {allow_actions!r})")
     checked_auth = check_auth(auth)
-    dashboard = Dashboard(client, allow_actions, title, CsrfTokens(csrf_secret))
+    dashboard = Dashboard(
+        client, allow_actions, title, CsrfTokens(csrf_secret), overview_max_age_s=overview_max_age
+    )
     routes: list[Route | Mount] = [
         Route("/", dashboard.overview, name="overview"),
         Route("/jobs", dashboard.jobs, name="jobs"),
@@ -197,9 +207,15 @@ class Dashboard:
     """The pages and actions over one client."""
 
     def __init__(
-        self, client: AsyncClient, allow_actions: bool, title: str, csrf: CsrfTokens
+        self,
+        client: AsyncClient,
+        allow_actions: bool,
+        title: str,
+        csrf: CsrfTokens,
+        overview_max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         self.client = client
+        self.figures = OverviewFigures(self.read_figures, overview_max_age_s)
         self.allow_actions = allow_actions
         self.title = title
         self.csrf = csrf
@@ -253,7 +269,10 @@ class Dashboard:
         )  # fmt: skip
 
     def back_to(self, request: Request, path: str, done: str) -> Response:
-        """After an action: its page again (a GET), saying what was done."""
+        """After an action: its page again (a GET), saying what was done. The
+        overview's figures are read afresh on its next load: the action
+        changed counts or settings they show."""
+        self.figures.invalidate()
         base = request.scope.get("root_path", "")
         separator = "&" if "?" in path else "?"
         return RedirectResponse(f"{base}{path}{separator}done={done}", status_code=303)
@@ -273,17 +292,25 @@ class Dashboard:
     # ── pages ───────────────────────────────────────────────────────────
 
     async def overview(self, request: Request) -> Response:
-        summaries, activity = await asyncio.gather(
-            self.client.list_queues(), self.client.queue_activity(minutes=SPARKLINE_MINUTES)
-        )
-        rows = queue_rows(summaries, activity, datetime.datetime.now(datetime.UTC))
+        figures = await self.figures.get()
+        rows = queue_rows(figures.summaries, figures.activity, figures.read_at)
         paused = [row for row in rows if row["paused"]]
+        error = self.figures.refresh_error
         return self.page(
             request,
             "overview.html",
             {"queues": rows, "paused": paused, "rate_minutes": RATE_MINUTES,
-             "spark_minutes": SPARKLINE_MINUTES},
+             "spark_minutes": SPARKLINE_MINUTES, "read_at": figures.read_at,
+             "refresh_error": None if error is None else f"{type(error).__name__}: {error}"},
         )  # fmt: skip
+
+    async def read_figures(self) -> Figures:
+        """The overview's two whole-table reads, side by side."""
+        read_at = datetime.datetime.now(datetime.UTC)
+        summaries, activity = await asyncio.gather(
+            self.client.list_queues(), self.client.queue_activity(minutes=SPARKLINE_MINUTES)
+        )
+        return Figures(summaries, activity, read_at)
 
     async def jobs(self, request: Request) -> Response:
         query = request.query_params
