@@ -11,7 +11,7 @@ RUST_VERSION := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 NEED_CARGO = @command -v cargo >/dev/null 2>&1 || { echo "awa: building the Rust core needs Rust $(RUST_VERSION) or newer and no cargo is on PATH; install Rust with rustup (https://rustup.rs), then run make again" >&2; exit 1; }
 
 .DEFAULT_GOAL := help
-.PHONY: help install wheel pgbouncer test test-rust test-python chaos lint format docs demo bench bench-peers bench-compare bench-baseline bench-latency clean
+.PHONY: help install wheel pgbouncer chromium test test-rust test-python chaos lint format docs demo bench bench-peers bench-compare bench-baseline bench-latency clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,13 +47,16 @@ wheel: $(BIN)/maturin ## The release wheel for this machine (abi3: CPython 3.11+
 pgbouncer: ## Install PgBouncer for the pooler tests where possible (root or sudo; else they skip)
 	@sh tests/install-pgbouncer.sh
 
+chromium: ## Install Chromium and chromedriver for the dashboard's browser tests where possible (root or sudo; else they skip)
+	@sh tests/install-chromium.sh
+
 test: test-rust test-python ## Run the whole test suite (Rust core, then Python on real PostgreSQL)
 
 test-rust: ## Unit tests of the pure Rust core
 	cargo test --quiet
 
 # No -q: pytest's header names the database the tests use (tests/conftest.py).
-test-python: $(STAMP) pgbouncer ## Python tests (chaos short form included), then the acceptance tests through PgBouncer
+test-python: $(STAMP) pgbouncer chromium ## Python tests (chaos short form included), then the acceptance tests through PgBouncer
 	$(BIN)/python -m pytest
 	AWA_TEST_POOLER=transaction $(BIN)/python -m pytest -m "not slow" tests/acceptance
 

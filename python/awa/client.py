@@ -16,6 +16,7 @@ import asyncpg
 
 from awa import (
     _core,
+    activity,
     callbacks,
     cancellation,
     dead_letters,
@@ -627,6 +628,20 @@ class AsyncClient:
         age of the oldest due job (lag) and how many run now. Reads the whole
         jobs table (one queue: its rows): for operators, not a hot loop."""
         return await queues.stats(await self._database(), window, queue)
+
+    async def queue_activity(
+        self,
+        *,
+        minutes: int = activity.DEFAULT_ACTIVITY_MINUTES,
+        now: datetime.datetime | None = None,
+    ) -> list[activity.QueueActivity]:
+        """Per queue, the jobs completed and failed for good in each of the
+        last ``minutes`` minutes up to ``now`` (default: the present), oldest
+        first: an :class:`awa.activity.QueueActivity` per queue that finished a job
+        then (the dashboard's sparklines). Reads the whole jobs table, as
+        :meth:`queue_stats` does: for operators, not a hot loop."""
+        minutes = activity.check_minutes(minutes)
+        return await activity.per_minute(await self._database(), minutes, now)
 
     async def pending_migrations(self) -> list[tuple[int, str]]:
         """The migrations :meth:`migrate` would apply now, as ``(version,

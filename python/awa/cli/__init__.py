@@ -1,5 +1,5 @@
 """The command line: ``awa`` (= ``python -m awa``) ``migrate | worker |
-jobs | dlq | quarantine | queues | periodic | health | doctor | demo``.
+jobs | dlq | quarantine | queues | periodic | health | doctor | serve | demo``.
 ``--json`` makes a command print one JSON object; the exit statuses are
 stable (docs/cli.md)."""
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from awa import __version__, log_format
-from awa.cli import dlq, doctor, health, jobs, periodic, quarantine, queues, worker
+from awa.cli import dlq, doctor, health, jobs, periodic, quarantine, queues, serve, worker
 from awa.cli.common import add_database_options, add_json_option, client, event_loop_runner
 from awa.cli.output import ExitCode, Reply, print_failure, print_reply, print_usage_failure
 from awa.errors import ConfigurationError
@@ -97,6 +97,7 @@ def parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     doctor.add_commands(commands)
     queues.add_commands(commands)
     periodic.add_commands(commands)
+    serve.add_commands(commands)
 
     demo = commands.add_parser("demo", help="enqueue and work a few hundred real jobs")
     demo.add_argument(

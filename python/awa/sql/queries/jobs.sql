@@ -1226,3 +1226,18 @@ WHERE id = $1
 -- Waits for a write of the row in flight: a batch that completed the job
 -- before this waiter registered did not notify it (result_awaited_v1).
 FOR SHARE;
+
+-- name: jobs_activity_by_minute
+-- For the dashboard's sparklines: per queue and minute, the jobs completed
+-- and failed for good from minute $1 (truncated, timestamptz) on, by
+-- finalized_at. Reads the whole table, as jobs_queue_stats does: no index
+-- may name finalized_at or the state, which outcomes write (their updates
+-- stay HOT); the filter keeps only the last hour's rows for the grouping.
+SELECT j.queue::text AS queue, date_trunc('minute', j.finalized_at) AS minute,
+       count(*) FILTER (WHERE j.state = 'completed') AS completed,
+       count(*) FILTER (WHERE j.state = 'failed') AS failed
+FROM awa.jobs AS j
+WHERE j.finalized_at >= $1::timestamptz
+  AND j.state IN ('completed', 'failed')
+GROUP BY 1, 2
+ORDER BY 1, 2;
