@@ -60,6 +60,7 @@ DAILY_COMMANDS = {
     "periodic",
     "health",
     "doctor",
+    "serve",
 }
 
 
@@ -77,6 +78,7 @@ def command_lines(text: str) -> list[str]:
         for line in joined.splitlines():
             line = line.strip()
             line = line.removeprefix("$ ").removeprefix("ExecStart=")
+            line = re.sub(r"^(?:[A-Z_]+=\S+\s+)+", "", line)  # the environment it sets
             line = re.sub(r"^\S*/bin/awa ", "awa ", line)
             if line.startswith("awa ") and not line.startswith("awa ."):
                 commands.append(line.split("  #", 1)[0])

@@ -10,6 +10,7 @@ It reads only this tree: no page, inventory or font is fetched.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -18,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
-import awa
-
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The modules the reference documents besides ``awa`` itself.
+#: The modules the reference documents.
 REFERENCE_MODULES = (
     "awa",
     "awa.metrics",
@@ -36,6 +35,7 @@ REFERENCE_MODULES = (
     "awa.bridges.sqlalchemy",
     "awa.contrib.django",
     "awa.events",
+    "awa.web",
 )
 
 #: A build takes about 5 s here; this bounds a hung one.
@@ -97,15 +97,23 @@ def test_every_page_is_built(site: Path) -> None:
         assert built.is_file(), f"docs/api/{page}.md was not built"
 
 
-def test_the_reference_documents_every_public_name(site: Path) -> None:
+@pytest.mark.parametrize("package", ["awa", "awa.web"])
+def test_the_reference_documents_every_public_name(site: Path, package: str) -> None:
+    """Each name of the package's ``__all__`` has an entry, under the name
+    a program imports it by or where it is defined."""
     names = inventory_names(site)
+    module = importlib.import_module(package)
     missing = []
-    for name in awa.__all__:
-        value = getattr(awa, name)
+    for name in module.__all__:
+        value = getattr(module, name)
         canonical = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
-        if f"awa.{name}" not in names and canonical not in names:
+        if f"{package}.{name}" not in names and canonical not in names:
             missing.append(name)
-    assert missing == [], f"awa.__all__ names with no entry in the API reference: {missing}"
+    assert missing == [], f"{package}.__all__ names with no entry in the API reference"
+
+
+def test_the_reference_documents_every_public_module(site: Path) -> None:
+    names = inventory_names(site)
     assert [module for module in REFERENCE_MODULES if module not in names] == []
 
 

@@ -64,6 +64,7 @@ from awa.web.security import (
 
 log = logging.getLogger("awa.web")
 
+#: The name the pages carry unless told otherwise (``awa serve --title``).
 DEFAULT_TITLE: Final = "awa"
 HERE: Final = Path(__file__).parent
 #: Jobs (and dead letters) on one page.

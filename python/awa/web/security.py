@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from awa.errors import ConfigurationError
 
+#: A callable that admits a request (true) or refuses it (false); it may be async.
 AuthCallback: TypeAlias = Callable[[Request], bool | Awaitable[bool]]
 
 #: The cookie holding a browser's CSRF nonce.
@@ -76,6 +77,7 @@ class BasicAuth:
         return same_user and same_password
 
 
+#: What ``create_app(auth=...)`` takes: a user and password, or a callback.
 Auth: TypeAlias = BasicAuth | AuthCallback
 
 
