@@ -1344,6 +1344,21 @@ class AsyncClient:
         )
         return [self._job(row, include_payload) for row in rows]
 
+    async def list_follow_ups(
+        self, job_id: int, *, limit: int = DEFAULT_LIST_LIMIT
+    ) -> list[Job[Any]]:
+        """The follow-ups job ``job_id``'s transitions inserted (its
+        ``on_*_enqueue`` specs' and what its handler staged; each has
+        ``parent_id == job_id``), oldest first, without their payload (see
+        :meth:`get_job`). Empty for a job with none, or one that does not
+        exist."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValidationError(f"job_id: must be a job id (got {job_id!r})", "job_id")
+        _check_limit(limit)
+        db = await self._database()
+        rows = await db.fetch("jobs_follow_ups", job_id, limit)
+        return [self._job(row, False) for row in rows]
+
     async def count_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (states with none are omitted)."""
         db = await self._database()

@@ -84,9 +84,9 @@ JOB_COLUMNS: Final = (
 )
 
 #: The columns a row may lack (``awa.claim_v2`` returns none of them, a
-#: claim adds progress, ``jobs_get`` and ``jobs_list`` add progress and
-#: result); a job read from such a row has ``None`` for them.
-OPTIONAL_JOB_COLUMNS: Final = ("rate_class", "partition_key", "progress", "result")
+#: claim adds progress, ``jobs_get`` and ``jobs_list`` add progress, result
+#: and parent_id); a job read from such a row has ``None`` for them.
+OPTIONAL_JOB_COLUMNS: Final = ("rate_class", "partition_key", "progress", "result", "parent_id")
 
 ArgsDecoder = Callable[[str], Any]
 
@@ -170,6 +170,7 @@ class Job(Generic[T_co]):
         "kind",
         "max_attempts",
         "max_crashes",
+        "parent_id",
         "partition_key",
         "priority",
         "queue",
@@ -209,6 +210,11 @@ class Job(Generic[T_co]):
     #: The partition (tenant) it was inserted for (``partition_key=``), or
     #: ``None``. ``None`` also in a job a claim handed to a handler.
     partition_key: str | None
+    #: The job whose transition inserted this one as a follow-up (an
+    #: ``on_*_enqueue`` spec's, or one its handler staged), else ``None``;
+    #: ``None`` also in a job a claim handed to a handler, and where the
+    #: query read no such column (see :data:`OPTIONAL_JOB_COLUMNS`).
+    parent_id: int | None
     _args_json: str
     _metadata_json: str | None
     _errors_json: str | None
@@ -270,6 +276,7 @@ class Job(Generic[T_co]):
         job.schema_version = self.schema_version
         job.rate_class = self.rate_class
         job.partition_key = self.partition_key
+        job.parent_id = self.parent_id
         job._decode_args = self._decode_args
         job._args = _UNSET
         job._metadata = _UNSET
@@ -400,6 +407,7 @@ def fill(
     job.callback_timeout_at = row["callback_timeout_at"]
     job.rate_class = row.get("rate_class")
     job.partition_key = row.get("partition_key")
+    job.parent_id = row.get("parent_id")
     job._progress_json = row.get("progress")
     job._result_json = row.get("result")
     job._decode_args = decode_args or _core.decode_json

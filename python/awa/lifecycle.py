@@ -34,10 +34,13 @@ log = logging.getLogger("awa.lifecycle")
 
 @dataclass(slots=True)
 class FollowUpRows:
-    """The follow-ups of a set of transitions, and which rows were staged."""
+    """The follow-ups of a set of transitions, which rows were staged, and
+    the job each row follows (``jobs_insert_follow_ups``'s second
+    parameter, aligned with the rows)."""
 
     rows: Any  # _core.InsertRows
     staged: list[tuple[int, int]]  # [start, end) ranges of staged rows
+    parents: list[int]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -72,13 +75,16 @@ class Lifecycle:
         :class:`awa.followups.FollowUpFailed` for the first job whose spec fails."""
         rows = _core.InsertRows(len(transitions))
         staged: list[tuple[int, int]] = []
+        parents: list[int] = []
         for transition, stage in transitions:
+            first = len(rows)
             self.follow_ups.add_rows(transition, rows, self.registry)
             if transition.outcome == COMPLETED and stage is not None and stage.count:
                 start = len(rows)
                 rows.extend(stage.rows)
                 staged.append((start, len(rows)))
-        return FollowUpRows(rows, staged)
+            parents.extend([transition.job.id] * (len(rows) - first))
+        return FollowUpRows(rows, staged, parents)
 
     async def insert_follow_ups(
         self,
@@ -102,8 +108,9 @@ class Lifecycle:
             raise FollowUpError(f"{failed}; {undone}") from failed.error
         if len(follow_ups):
             inserted_keys = await db.fetchval(
-                "jobs_insert_follow_ups", follow_ups.rows.json_rows(), connection=connection
-            )
+                "jobs_insert_follow_ups", follow_ups.rows.json_rows(), follow_ups.parents,
+                connection=connection,
+            )  # fmt: skip
             metrics.add(metrics.FOLLOW_UPS_WRITTEN, len(follow_ups.rows.written(inserted_keys)))
 
     def committed(

@@ -263,3 +263,35 @@ async def test_async_closures_are_refused_at_registration(client):
 
     with pytest.raises(awa.ConfigurationError, match="plain functions"):
         client.on_completed_enqueue(Signup, closure)
+
+
+async def test_a_jobs_follow_ups_name_it_as_their_parent(client, conn):
+    client.on_completed_enqueue(
+        Signup, lambda args, job: WelcomeEmail(user_id=args.user_id, signup_job_id=job.id)
+    )
+
+    def stage_one(job: Any) -> None:
+        job.enqueue_on_completion(WelcomeEmail(user_id=99))
+
+    trigger = await run_signup(client, stage_one)
+    other = await client.insert(Signup(user_id=8))
+    await settled(conn, trigger.id, "completed")
+    await settled(conn, other.id, "completed")
+    listed = await client.list_follow_ups(trigger.id)
+    # The spec's follow-up first, then the staged one; the other trigger's are not here.
+    assert [json.loads(job.args_json) for job in await with_args(client, listed)] == [
+        {"user_id": 7, "signup_job_id": trigger.id},
+        {"user_id": 99, "signup_job_id": 0},
+    ]
+    assert {job.parent_id for job in listed} == {trigger.id}
+    assert (await client.get_job(listed[0].id)).parent_id == trigger.id
+    assert (await client.get_job(trigger.id)).parent_id is None
+    assert len(await client.list_follow_ups(other.id)) == 2
+    assert await client.list_follow_ups(987_654_321) == []
+    with pytest.raises(awa.ValidationError, match="job_id"):
+        await client.list_follow_ups("7")  # type: ignore[arg-type]
+
+
+async def with_args(client, jobs: list[awa.Job[Any]]) -> list[awa.Job[Any]]:
+    """The same jobs read again with their payload."""
+    return [await client.get_job(job.id, include_payload=True) for job in jobs]

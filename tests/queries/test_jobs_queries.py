@@ -402,10 +402,13 @@ async def test_insert_follow_ups_reports_which_rows_it_wrote(conn):
     add(rows, {}, "b", "q", 2, 25, None, None, None, None, unique=unique)
     add(rows, {}, "b", "q", 2, 25, None, None, None, None, unique=unique)
     add(rows, {"x": [1]}, "c", "q", 3, 7, 2, 0, ["t1", "t2"], {"m": True})
-    inserted = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    parents = [11, 12, 13, 14]
+    inserted = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows(), parents)
     # The second keyed row duplicates the first and is skipped.
     assert rows.written(inserted) == [0, 1, 3]
-    again = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    written = await conn.fetch("SELECT kind, parent_id FROM awa.jobs ORDER BY id")
+    assert [(row["kind"], row["parent_id"]) for row in written] == [("a", 11), ("b", 12), ("c", 14)]
+    again = await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows(), parents)
     assert again is None and rows.written(again) == [0, 3]
     assert await conn.fetchval("SELECT count(*) FROM awa.jobs") == 5
     row = await conn.fetchrow("SELECT * FROM awa.jobs WHERE kind = 'c' ORDER BY id LIMIT 1")
@@ -440,7 +443,7 @@ async def test_claim_sets_the_deadline_from_the_kind_else_the_queue_timeout(conn
 async def test_insert_follow_ups_keeps_each_rows_timeout_and_deadline(conn):
     rows = _core.InsertRows(1)
     add(rows, {}, "t", "q", 2, 25, None, None, None, None, timeout_ms=750, deadline_us=10**15)
-    await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows())
+    await conn.fetchval(sql.query("jobs_insert_follow_ups"), rows.json_rows(), [1])
     row = await conn.fetchrow("SELECT timeout_ms, deadline_at FROM awa.jobs WHERE kind = 't'")
     assert row["timeout_ms"] == 750
     assert row["deadline_at"].timestamp() == 10**9

@@ -195,3 +195,21 @@ async def quarantine(conn, job_id: int) -> None:
         "FROM awa.jobs WHERE id = $1",
         job_id,
     )
+
+
+async def test_a_jobs_page_lists_its_follow_ups_and_a_follow_up_names_its_parent(dashboard, tasks):
+    from awa.testing import AwaTestClient
+
+    @tasks.task(dict, kind="web_parent", queue="web")
+    async def web_parent(job):
+        job.enqueue_on_completion({}, kind="web_ok", queue="web")
+
+    parent = await tasks.insert({}, kind="web_parent", queue="web")
+    done = await AwaTestClient(tasks).work_one("web_parent", queue="web")
+    assert done is not None and done.job.state is awa.JobState.Completed
+    [child] = await tasks.list_follow_ups(parent.id)
+    page = (await dashboard.get(f"/jobs/{parent.id}")).text
+    assert "Follow-ups (1)" in page and f'<a href="/jobs/{child.id}">{child.id}</a>' in page
+    child_page = (await dashboard.get(f"/jobs/{child.id}")).text
+    assert f'<a id="parent" href="/jobs/{parent.id}">job {parent.id}</a>' in child_page
+    assert "No follow-ups" in child_page

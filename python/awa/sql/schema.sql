@@ -126,6 +126,8 @@ CREATE TABLE awa.jobs (
     -- returned (migration 0028).
     progress     jsonb,
     result       jsonb,
+    -- The job whose transition inserted it as a follow-up (migration 0029).
+    parent_id    bigint,
     -- Every waiting and running state (31: scheduled | available | running |
     -- retryable | waiting_external), or none (0: a duplicate an older awa let
     -- in, which holds its key in no state; see migration 0009).
@@ -207,6 +209,10 @@ CREATE INDEX jobs_deadline_idx ON awa.jobs (deadline_at)
 -- them here.
 CREATE INDEX jobs_dead_letter_idx ON awa.jobs (id)
     WHERE failure_reason IS NOT NULL;
+
+-- A job's follow-ups (migration 0029): only follow-ups have a parent, and
+-- nothing updates it, so claims and outcomes stay HOT.
+CREATE INDEX jobs_parent_idx ON awa.jobs (parent_id) WHERE parent_id IS NOT NULL;
 
 -- At most one job per unique key among the jobs whose state is in their own
 -- `unique_states` (see migration 0011): the key's holder, kept by triggers.

@@ -73,6 +73,8 @@ PAGE_SIZE: Final = 50
 SPARKLINE_MINUTES: Final = 60
 #: Minutes over which the overview's throughput and failure rate are taken.
 RATE_MINUTES: Final = 5
+#: Follow-ups a job's page lists, at most.
+FOLLOW_UP_LIMIT: Final = 50
 #: Jobs listed on a bulk action's confirmation page.
 CONFIRM_SAMPLE: Final = 20
 #: What a finished action says on the page it returns to (``?done=``).
@@ -334,6 +336,7 @@ class Dashboard:
         with_payload = request.query_params.get("payload") == "1"
         job = await self.client.get_job(job_id, include_payload=with_payload)
         explanation = None if job.state in FINAL_STATES else await self.client.explain(job_id)
+        follow_ups = await self.client.list_follow_ups(job_id, limit=FOLLOW_UP_LIMIT)
         payload = None
         if with_payload:
             payload = {"args": job.args_json, "metadata": job.metadata}
@@ -341,7 +344,8 @@ class Dashboard:
             request,
             "job.html",
             {"job": job, "attempts": job.attempts, "explanation": explanation,
-             "payload": payload, "retryable": job.state is JobState.Failed},
+             "payload": payload, "retryable": job.state is JobState.Failed,
+             "follow_ups": follow_ups, "follow_up_limit": FOLLOW_UP_LIMIT},
         )  # fmt: skip
 
     async def dead_letters(self, request: Request) -> Response:

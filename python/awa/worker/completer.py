@@ -417,7 +417,7 @@ class Completer:
         if not len(follow_ups):
             return follow_ups, None
         inserted_keys = await self._insert_follow_ups.fetchval(
-            connection, follow_ups.rows.json_rows()
+            connection, follow_ups.rows.json_rows(), follow_ups.parents
         )
         return follow_ups, inserted_keys
 

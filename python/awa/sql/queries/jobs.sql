@@ -73,8 +73,9 @@ ORDER BY id;
 -- applies them; a follow-up whose unique key is already held is skipped (it
 -- takes its key first, as in jobs_insert). Returns the unique keys it
 -- inserted (InsertRows.written turns them into the positions written) and
--- how many queues it woke. The rows come as in jobs_insert. Keys are taken
--- in key order, so two flushes never wait on each other crosswise.
+-- how many queues it woke. The rows come as in jobs_insert, $2 the job
+-- each follows (its parent_id), aligned with them. Keys are taken in key
+-- order, so two flushes never wait on each other crosswise.
 WITH enqueued AS MATERIALIZED (
     SELECT awa.enqueue_time_v1() AS at
 ), input AS (
@@ -82,7 +83,7 @@ WITH enqueued AS MATERIALIZED (
            r.priority, r.max_attempts, r.max_crashes, coalesce(r.run_at, enqueued.at) AS run_at,
            r.run_at < enqueued.at AS backdated, r.tags, r.metadata, r.unique_key,
            r.unique_states, r.timeout_ms, r.deadline_at, r.schema_version, r.rate_class,
-           r.partition_key
+           r.partition_key, ($2::bigint[])[r.ordinality] AS parent_id
     FROM enqueued, jsonb_populate_recordset(NULL::awa.job_input, $1::jsonb) WITH ORDINALITY AS r
 ), keys AS (
     INSERT INTO awa.job_unique_keys (unique_key, job_id)
@@ -93,13 +94,14 @@ WITH enqueued AS MATERIALIZED (
 ), inserted AS (
     INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, max_crashes,
                           run_at, tags, metadata, unique_key, unique_states,
-                          timeout_ms, deadline_at, schema_version, rate_class, partition_key)
+                          timeout_ms, deadline_at, schema_version, rate_class, partition_key,
+                          parent_id)
     SELECT id, kind, queue, args,
            CASE WHEN input.run_at <= enqueued.at THEN 'available'::awa.job_state
                 ELSE 'scheduled'::awa.job_state END,
            priority, max_attempts, max_crashes, input.run_at, tags, metadata,
            unique_key, unique_states, timeout_ms, deadline_at, schema_version, rate_class,
-           partition_key
+           partition_key, parent_id
     FROM input, enqueued
     WHERE unique_key IS NULL OR id IN (SELECT job_id FROM keys)
     ORDER BY ord
@@ -198,7 +200,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        CASE WHEN $2::boolean THEN args END AS args, tags,
        CASE WHEN $2::boolean THEN metadata END AS metadata,
        errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
-       progress, CASE WHEN $2::boolean THEN result END AS result
+       progress, CASE WHEN $2::boolean THEN result END AS result, parent_id
 FROM awa.jobs
 WHERE id = $1;
 
@@ -211,7 +213,7 @@ SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_
        CASE WHEN $5::boolean THEN args END AS args, tags,
        CASE WHEN $5::boolean THEN metadata END AS metadata,
        errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
-       progress, CASE WHEN $5::boolean THEN result END AS result
+       progress, CASE WHEN $5::boolean THEN result END AS result, parent_id
 FROM awa.jobs
 WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($2::text IS NULL OR queue = $2)
@@ -220,6 +222,20 @@ WHERE ($1::text IS NULL OR state = $1::text::awa.job_state)
   AND ($7::bigint IS NULL OR id < $7::bigint)
 ORDER BY id DESC
 LIMIT $4;
+
+-- name: jobs_follow_ups
+-- The follow-ups of job $1 (the jobs its transitions inserted: spec and
+-- staged ones), oldest first, at most $2, from the partial index on
+-- parent_id; args, metadata and result left in the database.
+SELECT id, run_lease, kind, queue, state::text AS state, priority, attempt, max_attempts,
+       crashes, max_crashes, run_at, created_at, attempted_at, finalized_at,
+       NULL::text AS args, tags, NULL::jsonb AS metadata,
+       errors, callback_id, callback_timeout_at, schema_version, rate_class, partition_key,
+       progress, parent_id
+FROM awa.jobs
+WHERE parent_id = $1::bigint
+ORDER BY id
+LIMIT $2;
 
 -- name: jobs_count_by_state
 -- How many jobs are in each state (for summaries and tests).
