@@ -87,3 +87,34 @@ async def test_a_failed_refresh_keeps_the_last_figures_and_says_why():
         assert "went away" in str(error)
     else:
         raise AssertionError("the read's error should reach a load that waits for it")
+
+
+async def test_a_read_longer_than_the_wait_gives_nothing_yet_then_the_figures():
+    release = asyncio.Event()
+
+    async def slow_read() -> Figures:
+        await release.wait()
+        return figures(5)
+
+    kept = OverviewFigures(slow_read, max_age_s=60, wait_s=0.01)
+    assert await kept.get() is None  # the read goes on
+    release.set()
+
+    async def read() -> bool:
+        return await kept.get() == figures(5)
+
+    await eventually(read)
+
+
+async def test_the_page_says_the_figures_are_being_read_and_reloads(tasks):
+    async with http(create_app(tasks, overview_wait=0)) as dashboard:
+        page = await dashboard.get("/")
+        assert page.status_code == 200
+        assert (
+            'id="reading"' in page.text and '<meta http-equiv="refresh" content="1">' in page.text
+        )
+
+        async def figures_shown() -> bool:
+            return "Figures as of" in (await dashboard.get("/")).text
+
+        await eventually(figures_shown)

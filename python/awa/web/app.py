@@ -53,7 +53,7 @@ from awa.errors import (
 from awa.job import JobState
 from awa.queues import QueueSummary
 from awa.web import render
-from awa.web.overview import DEFAULT_MAX_AGE_S, Figures, OverviewFigures
+from awa.web.overview import DEFAULT_MAX_AGE_S, DEFAULT_WAIT_S, Figures, OverviewFigures
 from awa.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -73,6 +73,8 @@ PAGE_SIZE: Final = 50
 SPARKLINE_MINUTES: Final = 60
 #: Minutes over which the overview's throughput and failure rate are taken.
 RATE_MINUTES: Final = 5
+#: Seconds before a page that said the figures are being read loads again.
+READING_RELOAD_S: Final = 1
 #: Follow-ups a job's page lists, at most.
 FOLLOW_UP_LIMIT: Final = 50
 #: Jobs listed on a bulk action's confirmation page.
@@ -119,6 +121,7 @@ def create_app(
     metrics: bool = False,
     csrf_secret: bytes | None = None,
     overview_max_age: float = DEFAULT_MAX_AGE_S,
+    overview_wait: float = DEFAULT_WAIT_S,
 ) -> Starlette:
     """The dashboard of ``client``'s database, as a Starlette application to
     mount (``Mount("/awa", create_app(client))``) or serve.
@@ -134,15 +137,18 @@ def create_app(
     give one when several processes serve the same dashboard). The queues
     page's counts and activity read the whole jobs table, so they are read
     at most once per ``overview_max_age`` seconds, in the background, and
-    served from memory meanwhile (0: on every load; see
-    :mod:`awa.web.overview`). The client's lifecycle stays the caller's:
-    the application never closes it."""
+    served from memory meanwhile (0: on every load); a load that needs a
+    fresh read waits ``overview_wait`` seconds for it at most, then says
+    the figures are being read and reloads (see :mod:`awa.web.overview`).
+    The client's lifecycle stays the caller's: the application never
+    closes it."""
     if not isinstance(allow_actions, bool):
         raise ConfigurationError(f"allow_actions must be True or False (got {allow_actions!r})")
     checked_auth = check_auth(auth)
     dashboard = Dashboard(
-        client, allow_actions, title, CsrfTokens(csrf_secret), overview_max_age_s=overview_max_age
-    )
+        client, allow_actions, title, CsrfTokens(csrf_secret),
+        overview_max_age_s=overview_max_age, overview_wait_s=overview_wait,
+    )  # fmt: skip
     routes: list[Route | Mount] = [
         Route("/", dashboard.overview, name="overview"),
         Route("/jobs", dashboard.jobs, name="jobs"),
@@ -216,9 +222,10 @@ class Dashboard:
         title: str,
         csrf: CsrfTokens,
         overview_max_age_s: float = DEFAULT_MAX_AGE_S,
+        overview_wait_s: float = DEFAULT_WAIT_S,
     ) -> None:
         self.client = client
-        self.figures = OverviewFigures(self.read_figures, overview_max_age_s)
+        self.figures = OverviewFigures(self.read_figures, overview_max_age_s, overview_wait_s)
         self.allow_actions = allow_actions
         self.title = title
         self.csrf = csrf
@@ -296,6 +303,8 @@ class Dashboard:
 
     async def overview(self, request: Request) -> Response:
         figures = await self.figures.get()
+        if figures is None:
+            return self.page(request, "reading.html", {"wait_s": READING_RELOAD_S})
         rows = queue_rows(figures.summaries, figures.activity, figures.read_at)
         paused = [row for row in rows if row["paused"]]
         error = self.figures.refresh_error

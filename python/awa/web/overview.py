@@ -13,8 +13,11 @@ once when they are at most ``max_age_s`` old; an older set is served while
 one refresh reads the next in the background (at most one at a time,
 whoever asks), so the database pays one read per ``max_age_s`` however
 many pages are open. Only a load with no figures yet, or after an action
-changed what they show (:meth:`invalidate`), waits for the read.
-``max_age_s=0`` reads on every load.
+changed what they show (:meth:`invalidate`), waits for the read, and for
+at most ``wait_s``: past that it gets ``None`` (the page says the figures
+are being read and reloads itself), so no load takes much longer than
+``wait_s`` however big the table. ``max_age_s=0`` reads on every load,
+waiting as long as the read takes.
 
 Failure handling: a read that a load waits for raises (the page answers
 503, naming the problem); a background refresh that fails leaves the last
@@ -38,6 +41,9 @@ log = logging.getLogger("awa.web")
 
 #: How old the overview's figures may be before a load refreshes them.
 DEFAULT_MAX_AGE_S: Final = 10.0
+#: How long a load that needs a fresh read waits for it before the page
+#: says the figures are being read (and reloads).
+DEFAULT_WAIT_S: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +55,15 @@ class Figures:
 
 
 class OverviewFigures:
-    def __init__(self, read: Callable[[], Awaitable[Figures]], max_age_s: float) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[Figures]],
+        max_age_s: float,
+        wait_s: float = DEFAULT_WAIT_S,
+    ) -> None:
         self._read = read
         self._max_age_s = max_age_s
+        self._wait_s = wait_s
         self._latest: Figures | None = None
         self._read_at = 0.0  # monotonic
         self._refresh: asyncio.Task[Figures] | None = None
@@ -59,11 +71,14 @@ class OverviewFigures:
         #: Why the last background refresh failed (None once one succeeded).
         self.refresh_error: BaseException | None = None
 
-    async def get(self) -> Figures:
-        """Figures fresh enough to show; see the module docstring."""
+    async def get(self) -> Figures | None:
+        """Figures fresh enough to show, or None while a read that took longer
+        than ``wait_s`` goes on; see the module docstring."""
         latest = self._latest
-        if latest is None or self._stale or self._max_age_s <= 0:
+        if self._max_age_s <= 0:
             return await self._read_now()
+        if latest is None or self._stale:
+            return await self._read_within(self._wait_s)
         if time.monotonic() - self._read_at > self._max_age_s and self._in_flight() is None:
             self._start_refresh()
         return latest
@@ -90,6 +105,13 @@ class OverviewFigures:
         # Shielded: a load that gives up (its client went away) leaves the
         # read to finish for the next one.
         return await asyncio.shield(task)
+
+    async def _read_within(self, wait_s: float) -> Figures | None:
+        """The read's figures if it ends within ``wait_s`` (its error if it
+        fails), else None: it goes on for a later load."""
+        task = self._in_flight() or self._start_refresh()
+        done, _pending = await asyncio.wait({task}, timeout=wait_s)
+        return task.result() if done else None
 
     async def _read_and_keep(self) -> Figures:
         started = time.monotonic()
