@@ -451,3 +451,19 @@ async def test_with_a_metrics_port_each_child_serves_its_own(ledger, tmp_path, d
         await kill_if_running(process)
     assert code == 0, err
     assert served == {worker["id"] for worker in workers}
+
+
+async def test_one_worker_process_prints_one_envelope_the_schema_accepts(
+    ledger, tmp_path, database_url
+):
+    write_recording_app(tmp_path, database_url)
+    process = await start_parent(tmp_path, processes=1, as_json=True)
+    try:
+        await registered_workers(ledger, 1)
+        process.send_signal(signal.SIGTERM)
+        code, err, envelope = await finish_with_envelope(process)
+    finally:
+        await kill_if_running(process)
+    assert code == 0, err
+    assert envelope["command"] == "worker" and envelope["ok"] is True
+    assert envelope["data"] == {"healthy": True, "reason": None}
