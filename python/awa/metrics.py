@@ -291,6 +291,20 @@ class WorkerTally:
         if duration_s is not None:
             tally[_DURATIONS_AT + bisect.bisect_left(DURATION_BOUNDS_S, duration_s)] += 1
             tally[_DURATIONS_SUM] += duration_s
+            if _histogram_observers:
+                _tell(JOB_DURATION, duration_s, {"queue": queue, "kind": kind})
+
+    def claimed(self, jobs: int) -> None:
+        """One claim statement returned ``jobs`` jobs."""
+        self.claims.observe(jobs)
+        if _histogram_observers:
+            _tell(CLAIM_BATCH_SIZE, jobs, {})
+
+    def flushed(self, outcomes: int) -> None:
+        """One completion write carried ``outcomes`` outcomes."""
+        self.flushes.observe(outcomes)
+        if _histogram_observers:
+            _tell(FLUSH_BATCH_SIZE, outcomes, {})
 
     def readings(self) -> Iterable[Reading | HistogramReading]:
         for (queue, kind), tally in list(self._kinds.items()):
@@ -325,6 +339,24 @@ class WorkerTally:
 
 
 _live: weakref.WeakSet[WorkerTally] = weakref.WeakSet()
+
+#: Told of every histogram observation as it happens, ``(name, value,
+#: labels)``: an OpenTelemetry histogram (``awa.otel.instrument(...,
+#: histograms=True)``). Empty by default, so an observation costs one check.
+_histogram_observers: list[Callable[[str, float, Mapping[str, str]], None]] = []
+
+
+def observe_histograms(observer: Callable[[str, float, Mapping[str, str]], None]) -> None:
+    """Calls ``observer(name, value, labels)`` for every histogram
+    observation from now on (a job's duration: once a job, so it must be
+    cheap; it runs on the worker's event loop)."""
+    with _lock:
+        _histogram_observers.append(observer)
+
+
+def _tell(name: str, value: float, labels: Mapping[str, str]) -> None:
+    for observer in _histogram_observers:
+        observer(name, value, labels)
 
 
 def retire(tally: WorkerTally) -> None:

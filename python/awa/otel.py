@@ -9,17 +9,18 @@ proxy until then), and a worker calls it as it starts whenever the API is
 installed (``awa-queue[otel]``), so configuring the SDK is all a user
 does.
 
-The histograms (handler duration, claim and flush sizes) are not
-registered here: the API has no observable histogram, and recording each
-job into the SDK's would cost the worker several microseconds a job
-(docs/metrics.md). They are on ``/metrics`` (Prometheus), and each job's
-duration is its span's (:mod:`awa.tracing`).
+The histograms (handler duration, claim and flush sizes) are registered
+only when asked (``instrument(histograms=True)``): the API has no
+observable histogram, so each observation is recorded into the SDK as it
+happens, and a job's costs the worker several microseconds
+(docs/metrics.md). They are always on ``/metrics`` (Prometheus), and each
+job's duration is also its span's (:mod:`awa.tracing`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from awa import metrics
@@ -38,10 +39,13 @@ def available() -> bool:
     return otel_metrics is not None
 
 
-def instrument(meter_provider: Any = None) -> bool:
+def instrument(meter_provider: Any = None, *, histograms: bool = False) -> bool:
     """Registers awa's counters and gauges with ``meter_provider`` (the
     global one by default), once per provider; returns whether it did
-    (False without OpenTelemetry's API, or when already done)."""
+    (False without OpenTelemetry's API, or when already done). With
+    ``histograms``, also the three histograms, recorded into the SDK as
+    they happen: a job's duration once per job, which costs the worker what
+    the SDK's ``record`` costs (several µs a job; docs/metrics.md)."""
     if otel_metrics is None:
         return False
     provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
@@ -61,7 +65,26 @@ def instrument(meter_provider: Any = None) -> bool:
                 instrument_.name, [_observer(instrument_.name)],
                 unit=instrument_.unit, description=instrument_.description,
             )  # fmt: skip
+    if histograms:
+        metrics.observe_histograms(_recorder(meter))
     return True
+
+
+def _recorder(meter: Any) -> Callable[[str, float, Mapping[str, str]], None]:
+    """Records each histogram observation into ``meter``'s histogram of the
+    same name."""
+    recorded = {
+        instrument_.name: meter.create_histogram(
+            instrument_.name, unit=instrument_.unit, description=instrument_.description
+        )
+        for instrument_ in metrics.INSTRUMENTS
+        if instrument_.kind == "histogram"
+    }
+
+    def record(name: str, value: float, labels: Mapping[str, str]) -> None:
+        recorded[name].record(value, labels)
+
+    return record
 
 
 def _observer(name: str) -> Callable[[Any], Iterable[Any]]:

@@ -148,7 +148,7 @@ async def test_opentelemetry_reads_the_counters_and_gauges(client, conn):
     queue = "m_otel"
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    assert otel.instrument(provider) is True
+    assert otel.instrument(provider, histograms=True) is True
     assert otel.instrument(provider) is False  # once per provider
     await run_one_of_each(client, conn, queue)
 
@@ -169,7 +169,19 @@ async def test_opentelemetry_reads_the_counters_and_gauges(client, conn):
 
     await eventually(completed)
     assert points(metrics.QUEUE_CAPACITY)[(("queue", queue),)] == 4
-    provider.shutdown()
+    # Asked for, the histograms are recorded as they happen.
+    data = reader.get_metrics_data()
+    durations = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == metrics.JOB_DURATION
+        for point in metric.data.data_points
+        if point.attributes == {"queue": queue, "kind": "m_ok"}
+    ]
+    assert [point.count for point in durations] == [3]
+    # (The provider stays: the histograms' observer outlives the test.)
 
 
 def get(url: str) -> tuple[int, bytes]:

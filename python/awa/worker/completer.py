@@ -325,7 +325,7 @@ class Completer:
             self._written.set()
             self._written.clear()
             self.flushes += 1
-            self.tally.flushes.observe(len(flush))
+            self.tally.flushed(len(flush))
             self.applied += applied
             self.stale += len(flush) - applied
             return

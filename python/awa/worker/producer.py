@@ -215,7 +215,7 @@ class Producer:
             )
             failed = False
             self.claims += 1
-            self.tally.claims.observe(len(rows))
+            self.tally.claimed(len(rows))
             if any(row["id"] is None for row in rows):
                 rows = self._look_again_later(rows)
             if len(rows) > 1:
