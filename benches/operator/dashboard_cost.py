@@ -17,19 +17,17 @@ in milliseconds.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
-import time
-from collections.abc import Awaitable, Callable
+import sys
+from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 
 import awa
-from awa.databases import create_database, drop_database, scratch_name, with_database
 from awa.web import create_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scratch
 
 FILL = """
 INSERT INTO awa.jobs (kind, queue, args, state, run_at, finalized_at, failure_reason, tags,
@@ -85,43 +83,22 @@ def pages(jobs: int) -> list[str]:
 
 
 async def run(admin_url: str, jobs: int, rounds: int) -> dict[str, float]:
-    name = scratch_name("awa_dashboard_cost")
-    await create_database(admin_url, name)
-    url = with_database(admin_url, name)
-    try:
-        async with awa.AsyncClient(url) as client:
-            await client.migrate()
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute(FILL, jobs)
-                await conn.execute("VACUUM ANALYZE awa.jobs")
-            finally:
-                await conn.close()
-            timings = await time_pages(client, pages(jobs), rounds)
-            # The overview with its figures read on every load (as the first
-            # load, and the first after an action, reads them).
-            [cold] = (await time_pages(client, ["/"], rounds, overview_max_age=0)).values()
-            timings[COLD_OVERVIEW] = cold
-            # The overview's two whole-table reads alone, for comparison.
-            for label, ask in (
-                ("client.list_queues()", client.list_queues),
-                ("client.queue_activity()", client.queue_activity),
-            ):
-                timings[label] = await median_ms(ask, rounds)
-            return timings
-    finally:
-        await drop_database(admin_url, name)
+    async with scratch.filled(admin_url, "awa_dashboard_cost", FILL, jobs) as client:
+        timings = await time_pages(client, pages(jobs), rounds)
+        # The overview with its figures read on every load (as the first
+        # load, and the first after an action, reads them).
+        [cold] = (await time_pages(client, ["/"], rounds, overview_max_age=0)).values()
+        timings[COLD_OVERVIEW] = cold
+        # The overview's two whole-table reads alone, for comparison.
+        for label, ask in (
+            ("client.list_queues()", client.list_queues),
+            ("client.queue_activity()", client.queue_activity),
+        ):
+            timings[label] = await median_ms(ask, rounds)
+        return timings
 
 
-async def median_ms(ask: Callable[[], Awaitable[object]], rounds: int) -> float:
-    """The median time of ``ask()`` over ``rounds`` calls after a warm one."""
-    await ask()
-    seconds = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await ask()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds) * 1000
+median_ms = scratch.median_ms
 
 
 async def time_pages(
@@ -142,17 +119,5 @@ async def time_pages(
     return timings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--admin-url", required=True, help="a superuser URL on this machine")
-    parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    options = parser.parse_args()
-    timings = asyncio.run(run(options.admin_url, options.jobs, options.rounds))
-    print(f"{options.jobs} jobs, median of {options.rounds} (ms):")
-    for path, ms in timings.items():
-        print(f"  {ms:8.1f}  {path}")
-
-
 if __name__ == "__main__":
-    main()
+    scratch.main(run, __doc__)

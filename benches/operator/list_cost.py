@@ -16,17 +16,15 @@ job in a thousand. Ids run in insert order, as in life.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
-import time
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 import awa
-from awa.databases import create_database, drop_database, scratch_name, with_database
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scratch
 
 FILL = """
 INSERT INTO awa.jobs (kind, queue, args, state, run_at, finalized_at, failure_reason, tags)
@@ -67,43 +65,11 @@ def questions(client: awa.AsyncClient) -> dict[str, Callable[[], Awaitable[Any]]
 
 
 async def run(admin_url: str, jobs: int, rounds: int) -> dict[str, float]:
-    name = scratch_name("awa_list_cost")
-    await create_database(admin_url, name)
-    url = with_database(admin_url, name)
-    try:
-        async with awa.AsyncClient(url) as client:
-            await client.migrate()
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute(FILL, jobs)
-                await conn.execute("VACUUM ANALYZE awa.jobs")
-            finally:
-                await conn.close()
-            timings: dict[str, float] = {}
-            for label, ask in questions(client).items():
-                await ask()  # warm: plans, cache
-                seconds = []
-                for _ in range(rounds):
-                    started = time.perf_counter()
-                    await ask()
-                    seconds.append(time.perf_counter() - started)
-                timings[label] = statistics.median(seconds) * 1000
-            return timings
-    finally:
-        await drop_database(admin_url, name)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--admin-url", required=True, help="a superuser URL on this machine")
-    parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    options = parser.parse_args()
-    timings = asyncio.run(run(options.admin_url, options.jobs, options.rounds))
-    print(f"{options.jobs} jobs, median of {options.rounds} (ms):")
-    for label, ms in timings.items():
-        print(f"  {ms:8.1f}  {label}")
+    async with scratch.filled(admin_url, "awa_list_cost", FILL, jobs) as client:
+        return {
+            label: await scratch.median_ms(ask, rounds) for label, ask in questions(client).items()
+        }
 
 
 if __name__ == "__main__":
-    main()
+    scratch.main(run, __doc__)

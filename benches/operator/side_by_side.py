@@ -25,16 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import dashboard_cost  # noqa: E402 - a sibling script, found through HERE
 import list_cost  # noqa: E402
-
-import awa  # noqa: E402
-from awa.databases import create_database, drop_database, scratch_name, with_database  # noqa: E402
+import scratch  # noqa: E402
 
 PEERS = HERE.parent / "peers" / "run.py"
 DRAINS = ("drain10", "drain50")
@@ -42,31 +38,16 @@ DRAINS = ("drain10", "drain50")
 
 async def listings(admin_url: str, jobs: int, rounds: int) -> dict[str, float]:
     """The CLI's listings and the dashboard's pages on one table, in ms."""
-    name = scratch_name("awa_side_by_side")
-    await create_database(admin_url, name)
-    url = with_database(admin_url, name)
-    try:
-        async with awa.AsyncClient(url) as client:
-            await client.migrate()
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute(dashboard_cost.FILL, jobs)
-                await conn.execute("VACUUM ANALYZE awa.jobs")
-            finally:
-                await conn.close()
-            timings = {
-                f"awa {label}": await dashboard_cost.median_ms(ask, rounds)
-                for label, ask in list_cost.questions(client).items()
-            }
-            pages = await dashboard_cost.time_pages(client, dashboard_cost.pages(jobs), rounds)
-            timings |= {f"dashboard {path}": ms for path, ms in pages.items()}
-            [cold] = (
-                await dashboard_cost.time_pages(client, ["/"], rounds, overview_max_age=0)
-            ).values()
-            timings[f"dashboard {dashboard_cost.COLD_OVERVIEW}"] = cold
-            return timings
-    finally:
-        await drop_database(admin_url, name)
+    async with scratch.filled(admin_url, "awa_side_by_side", dashboard_cost.FILL, jobs) as client:
+        timings = {
+            f"awa {label}": await scratch.median_ms(ask, rounds)
+            for label, ask in list_cost.questions(client).items()
+        }
+        pages = await dashboard_cost.time_pages(client, dashboard_cost.pages(jobs), rounds)
+        timings |= {f"dashboard {path}": ms for path, ms in pages.items()}
+        cold_pages = await dashboard_cost.time_pages(client, ["/"], rounds, overview_max_age=0)
+        timings[f"dashboard {dashboard_cost.COLD_OVERVIEW}"] = cold_pages["/"]
+        return timings
 
 
 def drains(admin_url: str, awa_python: str, runs: int) -> dict[str, Any]:
