@@ -236,7 +236,7 @@ async def test_returning_something_else_completes_with_it_as_the_result(client, 
         return {"result": 1}
 
     row = await run_one(client, conn, handler, state="completed")
-    assert (await client.get_job(row["id"])).result == {"result": 1}
+    assert (await client.get_job(row["id"], include_payload=True)).result == {"result": 1}
 
 
 async def test_a_handler_cancelling_itself_is_a_failure_not_a_shutdown(client, conn):
