@@ -372,7 +372,11 @@ async def test_while_the_database_does_not_answer_no_child_is_judged_or_killed(
         await cutter.close()
     assert code == 0, err
     assert "cannot read the worker processes' heartbeats" in judged, judged
-    assert "wedged" not in judged + err and "restart" not in judged + err
+    # No child was killed or restarted by the parent. (The children's own
+    # services may log that they restart while the database is cut off.)
+    said = judged + err
+    for verdict in ("is wedged", "restarted as pid", "before it was asked to stop"):
+        assert verdict not in said, said
     assert all(gone(worker["pid"]) for worker in workers)
 
 
