@@ -208,10 +208,11 @@ class _Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
 
-    def merge(self, other: _Histogram) -> None:
-        for index, count in enumerate(other.counts):
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Adds another histogram's bucket counts and sum (same bounds)."""
+        for index, count in enumerate(counts):
             self.counts[index] += count
-        self.total += other.total
+        self.total += total
 
 
 # ── a worker's tally (its event loop only, no lock) ──────────────────────
@@ -364,23 +365,24 @@ def retire(tally: WorkerTally) -> None:
     counters keep their totals after it is gone."""
     _live.discard(tally)
     with _lock:
-        for reading in tally.readings():
-            key = (reading.name, tuple(sorted(reading.labels.items())))
-            if isinstance(reading, Reading):
-                if reading.value:
-                    _counters[key] = _counters.get(key, 0) + reading.value
-                continue
-            kept = _histograms.get(key)
-            if kept is None:
-                kept = _histograms[key] = _Histogram(reading.bounds)
-            kept.merge(_as_histogram(reading))
+        _fold(tally.readings(), _counters, _histograms)
 
 
-def _as_histogram(reading: HistogramReading) -> _Histogram:
-    histogram = _Histogram(reading.bounds)
-    histogram.counts = list(reading.counts)
-    histogram.total = reading.total
-    return histogram
+def _fold(
+    readings: Iterable[Reading | HistogramReading],
+    counters: dict[_Key, float],
+    histograms: dict[_Key, _Histogram],
+) -> None:
+    """Adds a tally's readings to these counters and histograms."""
+    for reading in readings:
+        key = (reading.name, tuple(sorted(reading.labels.items())))
+        if isinstance(reading, Reading):
+            counters[key] = counters.get(key, 0) + reading.value
+            continue
+        kept = histograms.get(key)
+        if kept is None:
+            kept = histograms[key] = _Histogram(reading.bounds)
+        kept.add(reading.counts, reading.total)
 
 
 def collect() -> list[Reading | HistogramReading]:
@@ -392,15 +394,7 @@ def collect() -> list[Reading | HistogramReading]:
         histograms = {key: _as_copy(histogram) for key, histogram in _histograms.items()}
     gauges: dict[_Key, float] = {}
     for tally in list(_live):
-        for reading in tally.readings():
-            key = (reading.name, tuple(sorted(reading.labels.items())))
-            if isinstance(reading, Reading):
-                counters[key] = counters.get(key, 0) + reading.value
-                continue
-            kept = histograms.get(key)
-            if kept is None:
-                kept = histograms[key] = _Histogram(reading.bounds)
-            kept.merge(_as_histogram(reading))
+        _fold(tally.readings(), counters, histograms)
         for gauge in tally.gauges():
             key = (gauge.name, tuple(sorted(gauge.labels.items())))
             gauges[key] = _combine_gauge(gauge.name, gauges.get(key), gauge.value)
@@ -430,5 +424,5 @@ def _combine_gauge(name: str, kept: float | None, value: float) -> float:
 
 def _as_copy(histogram: _Histogram) -> _Histogram:
     copy = _Histogram(histogram.bounds)
-    copy.merge(histogram)
+    copy.add(histogram.counts, histogram.total)
     return copy

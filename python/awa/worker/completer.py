@@ -63,7 +63,7 @@ from awa.job import Job, JobState
 from awa.lifecycle import FollowUpRows, Lifecycle
 from awa.metrics import WorkerTally
 from awa.worker.outcome import SNOOZED, Outcome
-from awa.worker.progress import progress_buffer
+from awa.worker.progress import ProgressBuffer
 
 if TYPE_CHECKING:
     from awa._core import _OutcomeCode
@@ -138,6 +138,8 @@ class Completer:
         db: Database,
         lifecycle: Lifecycle,
         health: Health,
+        progress: ProgressBuffer,
+        tally: WorkerTally,
         *,
         batch_size: int,
         flush_interval_s: float,
@@ -151,7 +153,7 @@ class Completer:
         # outcomes that no heartbeat wrote yet (JSON text), by job id.
         self._results: dict[int, str] = {}
         self._progress: dict[int, str] = {}
-        self._progress_buffer = progress_buffer(db)
+        self._progress_buffer = progress
         # The batch being written, its observed outcomes, results and
         # progress, until it commits.
         self._flush: Any = None
@@ -168,7 +170,7 @@ class Completer:
         self._stopping = False
         self.flushes = 0
         #: Where write sizes are counted (the pipeline's tally).
-        self.tally = WorkerTally()
+        self.tally = tally
         self.applied = 0
         self.stale = 0
         #: Why the latest write failed (None once one succeeded).

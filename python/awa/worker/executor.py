@@ -47,7 +47,7 @@ from awa.tracing import job_span, worker_tracer
 from awa.worker import outcome
 from awa.worker.attempt import RunningJob
 from awa.worker.control import JobControl
-from awa.worker.progress import progress_buffer
+from awa.worker.progress import ProgressBuffer
 from awa.worker.report import Reporter
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class Executor:
         db: Database,
         threads: int,
         reporter: Reporter,
+        progress: ProgressBuffer,
     ) -> None:
         self._lifecycle = lifecycle
         self._reporter = reporter
@@ -78,7 +79,7 @@ class Executor:
         self._claims = claims
         self._db = db
         # What handlers report with set_progress; the heartbeat writes it.
-        self._progress = progress_buffer(db)
+        self._progress = progress
         #: Messages about running jobs (cancel, resume, quarantine) land here.
         self.control = JobControl(on_cancel=self.cancel_requested, on_resumed=self.resumed)
         # Running handlers (and quarantined jobs being given back) by job id.

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from awa.db import Database, Statement
-from awa.worker.progress import progress_buffer
+from awa.worker.progress import ProgressBuffer
 
 if TYPE_CHECKING:
     from awa.worker.supervisor import Health
@@ -97,12 +97,13 @@ class Heartbeat:
         max_loop_block_s: float,
         health: Health,
         watch: LoopWatch,
+        progress: ProgressBuffer,
     ) -> None:
         self._db = db
         pinned = db.pooler is not None
         self._heartbeat = Statement("workers_heartbeat", pinned)
         self._heartbeat_with_progress = Statement("jobs_heartbeat_with_progress", pinned)
-        self._progress = progress_buffer(db)
+        self._progress = progress
         self._reregister = Statement("workers_reregister", pinned)
         self._worker_id = worker_id
         self._identity = identity

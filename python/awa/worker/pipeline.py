@@ -23,6 +23,7 @@ from awa.worker.claims import ClaimSignal
 from awa.worker.completer import Completer
 from awa.worker.executor import Executor
 from awa.worker.producer import Producer
+from awa.worker.progress import ProgressBuffer
 from awa.worker.report import Reporter
 from awa.worker.supervisor import Health
 
@@ -37,6 +38,10 @@ class Pipeline:
     executor: Executor
     producer: Producer
     reporter: Reporter
+    #: What handlers report with set_progress: the executor's jobs fill it,
+    #: the completer takes a job's last report with its outcome, and the
+    #: worker's heartbeat writes the rest.
+    progress: ProgressBuffer
 
     @classmethod
     def build(
@@ -60,15 +65,20 @@ class Pipeline:
         tally = WorkerTally(dict(config.queues))
         tally.running_of = dispatcher.running
         reporter = Reporter(tally=tally)
+        progress = ProgressBuffer()
         completer = Completer(
             db,
             lifecycle,
             health,
+            progress,
+            tally,
             batch_size=config.flush_batch_size,
             flush_interval_s=config.flush_interval,
         )
         threads = config.sync_handler_threads or min(config.total_slots, MAX_SYNC_THREADS)
-        executor = Executor(lifecycle, dispatcher, completer, claims, db, threads, reporter)
+        executor = Executor(
+            lifecycle, dispatcher, completer, claims, db, threads, reporter, progress
+        )
         registry = lifecycle.registry
         producer = Producer(
             db,
@@ -88,6 +98,6 @@ class Pipeline:
                 if task.timeout_s is not None
             },
             queue_timeouts=config.queue_timeouts,
+            tally=tally,
         )
-        completer.tally = producer.tally = tally
-        return cls(dispatcher, claims, completer, executor, producer, reporter)
+        return cls(dispatcher, claims, completer, executor, producer, reporter, progress)

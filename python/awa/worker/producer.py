@@ -83,6 +83,7 @@ class Producer:
         flush_batch_size: int,
         kind_timeouts: Mapping[str, float] | None = None,
         queue_timeouts: Mapping[str, float] | None = None,
+        tally: WorkerTally,
     ) -> None:
         self._db = db
         self._dispatcher = dispatcher
@@ -117,7 +118,7 @@ class Producer:
         self._rechecks: set[str] = set()
         self.claims = 0
         #: Where claim sizes are counted (the pipeline's tally).
-        self.tally = WorkerTally()
+        self.tally = tally
         self.reconciled = 0
 
     def stop(self) -> None:

@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from awa import _core
 from awa.errors import ProgressError, ValidationError
-
-if TYPE_CHECKING:
-    from awa.db import Database
 
 #: The largest progress report, as JSON (percent, message and data).
 MAX_PROGRESS_BYTES: Final = 8 * 1024
@@ -94,15 +90,3 @@ class ProgressBuffer:
 
     def __len__(self) -> int:
         return len(self._pending)
-
-
-_BUFFERS: weakref.WeakKeyDictionary[Database, ProgressBuffer] = weakref.WeakKeyDictionary()
-
-
-def progress_buffer(db: Database) -> ProgressBuffer:
-    """The buffer of the worker that runs on ``db``: its executor's jobs fill
-    it and its heartbeat drains it (both hold the same ``Database``)."""
-    buffer = _BUFFERS.get(db)
-    if buffer is None:
-        buffer = _BUFFERS[db] = ProgressBuffer()
-    return buffer

@@ -122,7 +122,7 @@ class Worker:
         self.loop_watch = LoopWatch(self._describe_task)
         self.heartbeat = Heartbeat(
             self.db, worker_id, (hostname, pid, queue_names), config.heartbeat_interval,
-            config.max_loop_block, self.health, self.loop_watch,
+            config.max_loop_block, self.health, self.loop_watch, pipeline.progress,
         )  # fmt: skip
         self.leader = self._leader(worker_id)
 
