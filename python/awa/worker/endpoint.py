@@ -80,15 +80,14 @@ class Endpoint:
 
     def __init__(self, host: str, port: int, worker: Callable[[], Worker | None]) -> None:
         registry = prometheus.registry()
-        seen: list[Worker] = []
+        last: Worker | None = None
 
         def current() -> Worker | None:
             # The last worker seen: a client forgets its worker as its
             # shutdown begins, and the pages must then say it is stopping.
-            found = worker()
-            if found is not None and (not seen or seen[-1] is not found):
-                seen.append(found)
-            return seen[-1] if seen else None
+            nonlocal last
+            last = worker() or last
+            return last
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
